@@ -1,0 +1,35 @@
+"""`data-synth` command: each subcommand lives in the module that does the work."""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+# name -> (module, function taking argv, one-line help)
+COMMANDS = {
+    "clocks": ("data_synth.writer", "clocks_main", "render an analog-clock dataset (HF imagefolder per split)"),
+    "charts": ("data_synth.charts", "main", "render charts with known values in ChartQA / PlotQA / DVQA layout"),
+    "gallery": ("data_synth.clocks", "gallery_main", "a labelled grid of varied clocks as one PNG"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: data-synth COMMAND [options]   (data-synth COMMAND --help for its options)", "", "commands:"]
+    lines += [f"  {name:<8} {text}" for name, (_, _, text) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"data-synth: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, func, _ = COMMANDS[argv[0]]
+    return getattr(import_module(module), func)(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

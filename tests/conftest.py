@@ -1,0 +1,34 @@
+"""Shared fixtures: the real Qwen2.5 tokenizer (offline) and the tiny Qwen2.5-VL preset."""
+
+import pytest
+from PIL import Image, ImageDraw
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    from vlm_smmd.modeling import build_qwen25_tokenizer
+
+    return build_qwen25_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_processor():
+    from vlm_smmd.modeling import build_processor, build_qwen25_tokenizer
+
+    return build_processor(build_qwen25_tokenizer())
+
+
+@pytest.fixture
+def tiny_model_and_processor():
+    """A fresh tiny model (seed 0) per test, so tests may train or freeze it freely."""
+    from vlm_smmd.modeling import load_model_and_processor
+
+    return load_model_and_processor("tiny", verbose=False)
+
+
+def make_image(width=120, height=90, seed=0):
+    img = Image.new("RGB", (width, height), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    draw.line((seed % width, 0, width - 1, height - 1), fill=(200, 30, 30), width=3)
+    draw.ellipse((10, 10, 50, 50), outline=(0, 0, 0), width=2)
+    return img

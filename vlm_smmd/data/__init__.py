@@ -1,0 +1,22 @@
+"""Data sources (ChartQA, PlotQA, DVQA, synthetic clocks) as Samples, and the Qwen2.5-VL collator."""
+
+from importlib import import_module
+
+from .sample import DataError, Sample
+
+# Readers are imported on first use so `from vlm_smmd.data import Sample` stays light.
+_LAZY = {
+    "read_chartqa": ".chartqa",
+    "read_plotqa": ".plotqa",
+    "read_dvqa": ".dvqa",
+    "read_clocks": ".clocks",
+    "MixtureDataset": ".mixture",
+}
+
+__all__ = ["DataError", "Sample", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
