@@ -50,3 +50,59 @@ def to_rgb(img: Image.Image) -> Image.Image:
         canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(canvas, rgba).convert("RGB")
     return img.convert("RGB") if img.mode != "RGB" else img.copy()
+
+
+def resolve_in_root(root, relative: str, *, record: str, source: str) -> Path:
+    """`root/relative`, refusing absolute paths and paths that leave `root` (DataError names both)."""
+    root = Path(root)
+    rel = Path(str(relative))
+    if rel.is_absolute() or ".." in rel.parts:
+        raise DataError(f"{relative}: image path leaves the dataset root {root} (record {record!r} of {source})")
+    path = root / rel
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise DataError(f"{relative}: image path leaves the dataset root {root} (record {record!r} of {source})")
+    return path
+
+
+class SkipLog:
+    """Counts records skipped under on_error="skip", by reason, and reports them once."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.counts: dict[str, int] = {}
+        self.examples: list[str] = []
+
+    def add(self, error: Exception) -> None:
+        reason = type(error).__name__ if not isinstance(error, DataError) else _reason(str(error))
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if len(self.examples) < 5:
+            self.examples.append(str(error))
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> str:
+        if not self.total:
+            return f"{self.source}: no records skipped"
+        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(self.counts.items()))
+        return f"{self.source}: skipped {self.total} records ({parts}); e.g. {self.examples[0]}"
+
+    def report(self) -> None:
+        if self.total:
+            import warnings
+
+            warnings.warn(self.summary(), stacklevel=3)
+
+
+def _reason(message: str) -> str:
+    for reason in ("image missing", "unreadable image", "leaves the dataset root", "malformed record",
+                   "non-numeric answer", "too long"):
+        if reason in message:
+            return reason
+    return "invalid record"
+
+
+def check_on_error(on_error: str) -> None:
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
