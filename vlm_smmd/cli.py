@@ -23,6 +23,8 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # the `deepspeed` launcher passes --local_rank=N first; the rank is also in the LOCAL_RANK env var
+    argv = [a for a in argv if not a.startswith("--local_rank")]
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0

@@ -1,0 +1,177 @@
+"""Run configuration: dataclasses for model, data and loss, plus the HF TrainingArguments.
+
+A config is one flat YAML mapping whose keys are fields of these dataclasses (HfArgumentParser style);
+`--key value` on the command line overrides a key. Unknown keys are errors that name the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser, TrainingArguments
+
+AUX_NAMES = ("smmd", "mmd", "smooth", "ntl_mse", "ntl_was", "dist2", "gce", "none")
+DATASETS = ("clocks", "chartqa", "plotqa", "dvqa", "mixture")
+SYNTH_KINDS = ("none", "clocks", "chartqa", "plotqa", "dvqa")
+
+
+class ConfigError(ValueError):
+    """A config file or override that cannot be used; the message names the key."""
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(default="tiny", metadata={"help": "hub id, local dir, or 'tiny'"})
+    torch_dtype: str = field(default="auto", metadata={"help": "auto | bf16 | fp16 | fp32"})
+    attn_implementation: str | None = field(default=None, metadata={"help": "eager | sdpa | flash_attention_2"})
+    min_pixels: int | None = field(default=None, metadata={"help": "smallest image area in pixels"})
+    max_pixels: int | None = field(default=None, metadata={"help": "largest image area in pixels"})
+    freeze_vision: bool = False
+    freeze_merger: bool = False
+    freeze_language: bool = False
+    lora: bool = field(default=False, metadata={"help": "train LoRA adapters on the language model"})
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_vision: bool = field(default=False, metadata={"help": "also put adapters on the vision blocks"})
+    merge_lora: bool = field(default=True, metadata={"help": "save the merged model rather than the adapter"})
+
+
+@dataclass
+class DataArguments:
+    dataset: str = field(default="clocks", metadata={"help": "|".join(DATASETS)})
+    data_root: str | None = field(default=None, metadata={"help": "dataset folder (the reader's root)"})
+    train_split: str = "train"
+    eval_split: str | None = field(default=None, metadata={"help": "split scored during training (loss only)"})
+    mixture: str | None = field(
+        default=None,
+        metadata={"help": "mixture sources: a JSON list of {name, root, split, weight, limit} "
+                  "(in YAML a plain list)"},
+    )
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    on_error: str = field(default="raise", metadata={"help": "raise | skip (counted) for bad records"})
+    system_prompt: str | None = None
+    instruction: str | None = field(default=None, metadata={"help": "suffix appended to every question"})
+    max_length: int | None = field(default=None, metadata={"help": "longest sample in tokens (longer: error)"})
+    synthesize: str = field(
+        default="none", metadata={"help": "render this synthetic set into data_root when it is missing: "
+                                  + "|".join(SYNTH_KINDS)}
+    )
+    synthesize_num: int = 1000
+    synthesize_seed: int = 0
+    synthesize_size: int = 224
+
+
+@dataclass
+class LossArguments:
+    aux: str = field(default="smmd", metadata={"help": "|".join(AUX_NAMES)})
+    aux_lambda: float = field(default=1.0, metadata={"help": "weight of the aux loss"})
+    kernel: str = field(default="gaussian", metadata={"help": "gaussian | laplace"})
+    sigmas: list[float] = field(default_factory=lambda: [2.0])
+    squash: float = 9.0
+    alpha: str = field(default="auto", metadata={"help": "'auto' or a number"})
+    kernel_mode: str = field(default="value_distance", metadata={"help": "value_distance | random | shuffled"})
+    kernel_seed: int = 42
+
+
+@dataclass
+class VLMTrainingArguments(TrainingArguments):
+    """TrainingArguments with defaults that suit VLM fine-tuning with our collator."""
+
+    remove_unused_columns: bool = field(default=False, metadata={"help": "samples are not dicts of columns"})
+    prediction_loss_only: bool = field(default=True, metadata={"help": "never gather [B, T, V] logits"})
+    logging_steps: float = 10
+    save_strategy: str = "no"
+
+
+CONFIG_CLASSES = (ModelArguments, DataArguments, LossArguments, VLMTrainingArguments)
+
+
+def _known_keys() -> set[str]:
+    return {f.name for cls in CONFIG_CLASSES for f in fields(cls) if f.init}
+
+
+def parse_overrides(argv: list[str]) -> dict:
+    """`--key value` pairs (or `--key=value`; a bare `--flag` means true); values parsed as YAML scalars."""
+    overrides, i = {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"unexpected argument {arg!r}: overrides are --key value")
+        key, eq, value = arg[2:].partition("=")
+        key = key.replace("-", "_")
+        if not eq:
+            if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value, i = argv[i + 1], i + 1
+            else:
+                value = "true"
+        overrides[key] = yaml.safe_load(value) if value != "" else ""
+        i += 1
+    return overrides
+
+
+def load_config(path: str | Path | None, overrides: dict | None = None):
+    """(ModelArguments, DataArguments, LossArguments, VLMTrainingArguments) from YAML + overrides."""
+    values: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such config file")
+        try:
+            values = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: a config is a mapping of keys to values")
+    values.update(overrides or {})
+    where = f" in {path}" if path is not None else ""
+    known = _known_keys()
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown config key {key!r}{where}{hint}")
+    if isinstance(values.get("mixture"), list):
+        values["mixture"] = json.dumps(values["mixture"])
+    if isinstance(values.get("sigmas"), (int, float)):
+        values["sigmas"] = [values["sigmas"]]
+    values.setdefault("output_dir", "outputs/run")
+    try:
+        model_args, data_args, loss_args, train_args = HfArgumentParser(CONFIG_CLASSES).parse_dict(values)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"bad config value{where}: {e}") from e
+    validate(model_args, data_args, loss_args)
+    return model_args, data_args, loss_args, train_args
+
+
+def validate(model_args: ModelArguments, data_args: DataArguments, loss_args: LossArguments) -> None:
+    choices = [("dataset", data_args.dataset, DATASETS), ("aux", loss_args.aux, AUX_NAMES),
+               ("synthesize", data_args.synthesize, SYNTH_KINDS),
+               ("on_error", data_args.on_error, ("raise", "skip")),
+               ("kernel", loss_args.kernel, ("gaussian", "laplace")),
+               ("kernel_mode", loss_args.kernel_mode, ("value_distance", "random", "shuffled"))]
+    for key, value, allowed in choices:
+        if value not in allowed:
+            raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+    if loss_args.alpha != "auto":
+        try:
+            float(loss_args.alpha)
+        except ValueError:
+            raise ConfigError(f"alpha must be 'auto' or a number; got {loss_args.alpha!r}") from None
+    if data_args.dataset == "mixture":
+        if not data_args.mixture:
+            raise ConfigError("dataset: mixture needs the key 'mixture' (a list of sources)")
+    elif data_args.data_root is None:
+        raise ConfigError(f"dataset {data_args.dataset!r} needs the key 'data_root'")
+
+
+def aux_options(loss_args: LossArguments) -> dict:
+    """Keyword arguments for the aux loss named by `loss_args.aux`."""
+    alpha = loss_args.alpha if loss_args.alpha == "auto" else float(loss_args.alpha)
+    return dict(kernel=loss_args.kernel, sigmas=tuple(loss_args.sigmas), squash=loss_args.squash, alpha=alpha,
+                kernel_mode=loss_args.kernel_mode, seed=loss_args.kernel_seed)

@@ -1,0 +1,245 @@
+"""Training: a Trainer whose loss is CE + lambda * aux at answer tokens, and `run(config)` wiring it all.
+
+Launch: `vlm-smmd train CONFIG.yaml [--key value ...]`; the same command under `torchrun` or the
+`deepspeed` launcher (`--module vlm_smmd.cli train ...`) trains on many processes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.utils.data import Subset
+from transformers import Trainer, set_seed
+
+from .config import ConfigError, aux_options, load_config, parse_overrides
+from .losses.objective import NumericObjective, answer_positions
+
+
+class NumericTrainer(Trainer):
+    """HF Trainer with the numeric objective.
+
+    The forward runs without labels and keeps only the logits of the right-aligned answer window
+    (`logits_to_keep`; the collator pads on the left), so no `[B, T, V]` tensor is built.
+    Normalisation under gradient accumulation: CE is divided by the Trainer's `num_items_in_batch`
+    (answer tokens over all accumulated micro-batches and ranks); aux likewise by the number of numeric
+    answer tokens over the same micro-batches, counted in `get_batch_samples`.
+    """
+
+    def __init__(self, *args, objective: NumericObjective, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.objective = objective.to(self.args.device)
+        self._numeric_items_in_batch = None
+        self._parts = {"train": defaultdict(float), "eval": defaultdict(float)}
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        # numeric_mask marks label positions; position 0 is never predicted (labels shift by one)
+        count = sum((b["numeric_mask"][..., 1:].sum() for b in batch_samples if "numeric_mask" in b),
+                    torch.tensor(0))
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            count = self.accelerator.gather(count.to(device)).sum()
+        self._numeric_items_in_batch = count.to(device)
+        return batch_samples, num_items_in_batch
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = dict(inputs)
+        labels = inputs.pop("labels")
+        inputs.pop("numeric_mask", None)
+        batch_idx, pos_idx, targets = answer_positions(labels)
+        seq_len = labels.shape[1]
+        keep = int(seq_len - pos_idx.min()) if pos_idx.numel() else 1
+        outputs = model(**inputs, logits_to_keep=keep, use_cache=False)
+        logits = outputs.logits[batch_idx, pos_idx - (seq_len - keep)]  # [M, V]
+
+        global_norm = model.training and num_items_in_batch is not None
+        parts = self.objective(
+            logits, targets,
+            ce_denominator=num_items_in_batch if global_norm else None,
+            aux_denominator=self._numeric_items_in_batch.clamp(min=1) if global_norm else None,
+        )
+        loss = parts["loss"]
+        if global_norm and self.args.average_tokens_across_devices:
+            # denominators are global; gradients are averaged over ranks, so undo that average
+            loss = loss * self.accelerator.num_processes
+        self._record(parts, "train" if model.training else "eval")
+        return (loss, outputs) if return_outputs else loss
+
+    def _record(self, parts: dict, phase: str) -> None:
+        acc = self._parts[phase]
+        acc["ce_sum"] += float(parts["ce_sum"])
+        acc["n_tokens"] += int(parts["n_tokens"])
+        acc["aux_sum"] += float(parts["aux_sum"])
+        acc["n_numeric"] += int(parts["n_numeric"])
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        phase, prefix = ("eval", "eval_") if any(k.startswith("eval_") for k in logs) else ("train", "")
+        acc = self._parts[phase]
+        if acc["n_tokens"] and (phase == "eval" or "loss" in logs):
+            ce = acc["ce_sum"] / acc["n_tokens"]
+            aux = acc["aux_sum"] / max(acc["n_numeric"], 1)
+            logs[f"{prefix}ce"] = round(ce, 6)
+            logs[f"{prefix}aux"] = round(aux, 6)
+            logs[f"{prefix}total"] = round(ce + self.objective.lam * aux, 6)
+            logs[f"{prefix}numeric_tokens"] = acc["n_numeric"]
+            acc.clear()
+        super().log(logs, start_time)
+
+
+# ---------------------------------------------------------------- data
+
+
+def synthesize_if_missing(data_args) -> None:
+    """Render the synthetic set named by `data_args.synthesize` into data_root unless it is there."""
+    kind = data_args.synthesize
+    root = Path(data_args.data_root) if data_args.data_root else None
+    if kind == "none" or root is None or root.exists():
+        return
+    print(f"rendering {data_args.synthesize_num} synthetic {kind} samples into {root}")
+    if kind == "clocks":
+        from data_synth.writer import write_clock_dataset
+
+        write_clock_dataset(root, num=data_args.synthesize_num, seed=data_args.synthesize_seed,
+                            size=data_args.synthesize_size)
+    else:
+        from data_synth.charts import write_chart_dataset
+
+        splits = {data_args.train_split, data_args.eval_split} - {None}
+        for split in sorted(splits):
+            num = data_args.synthesize_num if split == data_args.train_split else max(data_args.synthesize_num // 10, 8)
+            write_chart_dataset(root, layout=kind, num=num, seed=data_args.synthesize_seed + (split != data_args.train_split),
+                                split=split)
+
+
+def read_split(data_args, split: str):
+    """The dataset named by `data_args` for one split (a sequence of Samples)."""
+    from . import data
+
+    if data_args.dataset == "mixture":
+        from .data.mixture import MixtureDataset
+
+        return MixtureDataset.from_spec(json.loads(data_args.mixture), split=split, on_error=data_args.on_error)
+    reader = getattr(data, f"read_{data_args.dataset}")
+    return reader(data_args.data_root, split, on_error=data_args.on_error)
+
+
+def _limit(dataset, limit: int | None):
+    return Subset(dataset, range(min(limit, len(dataset)))) if limit else dataset
+
+
+def build_datasets(data_args):
+    synthesize_if_missing(data_args)
+    train = _limit(read_split(data_args, data_args.train_split), data_args.max_train_samples)
+    evaluation = None
+    if data_args.eval_split:
+        evaluation = _limit(read_split(data_args, data_args.eval_split), data_args.max_eval_samples)
+    return train, evaluation
+
+
+# ---------------------------------------------------------------- run
+
+
+def build_objective(loss_args, numeric_vocab) -> NumericObjective:
+    kernel_losses = ("smmd", "mmd", "smooth")
+    options = aux_options(loss_args) if loss_args.aux in kernel_losses else {}
+    return NumericObjective.from_vocab(numeric_vocab, aux=loss_args.aux, lam=loss_args.aux_lambda, **options)
+
+
+def run(model_args, data_args, loss_args, train_args) -> dict:
+    """Train as configured; returns the final training metrics. Saves model + processor to output_dir."""
+    from .data.collator import QwenVLCollator
+    from .modeling import load_model_and_processor
+
+    set_seed(train_args.seed)
+    if train_args.resume_from_checkpoint is True or train_args.resume_from_checkpoint == "true":
+        train_args.resume_from_checkpoint = True
+    train_dataset, eval_dataset = build_datasets(data_args)
+    model, processor = load_model_and_processor(
+        model_args.model_name_or_path, dtype=model_args.torch_dtype,
+        attn_implementation=model_args.attn_implementation, min_pixels=model_args.min_pixels,
+        max_pixels=model_args.max_pixels, seed=train_args.seed, freeze_vision=model_args.freeze_vision,
+        freeze_merger=model_args.freeze_merger, freeze_language=model_args.freeze_language,
+        gradient_checkpointing=train_args.gradient_checkpointing, lora=model_args.lora, lora_r=model_args.lora_r,
+        lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout, lora_vision=model_args.lora_vision,
+        verbose=train_args.process_index == 0,
+    )
+    # load_model_and_processor already enabled checkpointing; the Trainer would redo it with other kwargs
+    train_args.gradient_checkpointing = False
+    collator = QwenVLCollator(
+        processor, system_prompt=data_args.system_prompt, instruction=data_args.instruction,
+        max_length=data_args.max_length, min_pixels=model_args.min_pixels, max_pixels=model_args.max_pixels,
+        on_error=data_args.on_error,
+    )
+    trainer = NumericTrainer(
+        model=model, args=train_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
+        data_collator=collator, processing_class=processor,
+        objective=build_objective(loss_args, collator.numeric_vocab),
+    )
+    result = trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint or None)
+    save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora)
+    metrics = dict(result.metrics)
+    if eval_dataset is not None:
+        metrics.update(trainer.evaluate())
+    if trainer.args.should_save:
+        trainer.save_metrics("all", metrics)
+    return metrics
+
+
+def save_final(trainer: Trainer, processor, *, merge_lora: bool) -> None:
+    """Save model + processor to output_dir so that it loads with `from_pretrained`."""
+    out = trainer.args.output_dir
+    if not merge_lora:
+        trainer.save_model(out)  # gathers ZeRO-3 shards; a peft model saves its adapter
+    else:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if trainer.is_deepspeed_enabled and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3:
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
+                merged = model.merge_and_unload()
+                if trainer.args.should_save:
+                    merged.save_pretrained(out, state_dict={k: v.clone() for k, v in merged.state_dict().items()})
+        else:
+            merged = model.merge_and_unload()
+            if trainer.args.should_save:
+                merged.save_pretrained(out)
+    if trainer.args.should_save:
+        processor.save_pretrained(out)
+
+
+def config_help() -> str:
+    from dataclasses import MISSING, fields
+
+    from .config import CONFIG_CLASSES
+
+    lines = ["usage: vlm-smmd train CONFIG.yaml [--key value ...]", "",
+             "A config is a flat YAML mapping; any key can be overridden on the command line.", ""]
+    for cls in CONFIG_CLASSES[:3]:
+        lines.append(f"{cls.__name__}:")
+        for f in fields(cls):
+            default = f.default if f.default is not MISSING else f.default_factory()
+            text = f.metadata.get("help", "")
+            lines.append(f"  {f.name:<22} default {default!r}  {text}")
+        lines.append("")
+    lines.append("plus every HF TrainingArguments key (learning_rate, per_device_train_batch_size, max_steps, "
+                 "deepspeed, bf16, use_cpu, ...).")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(config_help())
+        return 0
+    config_path, overrides = (None, argv) if argv[0].startswith("--") else (argv[0], argv[1:])
+    try:
+        configs = load_config(config_path, parse_overrides(overrides))
+    except ConfigError as e:
+        print(f"vlm-smmd train: {e}", file=sys.stderr)
+        return 2
+    metrics = run(*configs)
+    print(json.dumps({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, indent=1))
+    return 0
