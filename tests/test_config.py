@@ -1,0 +1,56 @@
+import pytest
+
+from vlm_smmd.config import ConfigError, aux_options, load_config, parse_overrides
+from vlm_smmd.training import main as train_main
+
+
+def write(tmp_path, text):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_yaml_and_overrides(tmp_path):
+    path = write(tmp_path, "data_root: d\naux: mmd\nsigmas: [1.0, 3.0]\nlearning_rate: 0.01\nuse_cpu: true\n")
+    model, data, loss, train = load_config(path, parse_overrides(["--aux", "ntl_was", "--max_steps=7",
+                                                                  "--freeze_vision"]))
+    assert loss.aux == "ntl_was" and loss.sigmas == [1.0, 3.0]
+    assert train.learning_rate == 0.01 and train.max_steps == 7 and model.freeze_vision is True
+    assert data.data_root == "d" and train.remove_unused_columns is False
+    assert aux_options(loss)["sigmas"] == (1.0, 3.0)
+
+
+def test_unknown_key_is_named(tmp_path):
+    path = write(tmp_path, "data_root: d\nlearnin_rate: 0.1\n")
+    with pytest.raises(ConfigError, match="'learnin_rate'.*did you mean 'learning_rate'"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="'no_such_key'"):
+        load_config(write(tmp_path, "data_root: d\n"), {"no_such_key": 1})
+
+
+def test_train_command_reports_bad_key(tmp_path, capsys):
+    path = write(tmp_path, "data_root: d\nbogus_key: 1\n")
+    assert train_main([str(path)]) == 2
+    assert "bogus_key" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, match", [
+    ("data_root: d\naux: l2\n", "aux must be one of"),
+    ("dataset: clocks\n", "needs the key 'data_root'"),
+    ("dataset: mixture\n", "needs the key 'mixture'"),
+    ("data_root: d\nalpha: big\n", "alpha must be"),
+    ("- a\n- b\n", "mapping"),
+])
+def test_bad_values(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(tmp_path, text))
+
+
+def test_shipped_configs_parse():
+    from pathlib import Path
+
+    configs = sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml"))
+    assert len(configs) >= 4
+    for path in configs:
+        # GPU configs ask for bf16, which TrainingArguments only accepts here with use_cpu
+        load_config(path, {"use_cpu": True})
