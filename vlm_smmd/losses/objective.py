@@ -1,0 +1,146 @@
+"""The training objective from answer-position logits only: CE + lambda * aux at numeric targets.
+
+`answer_logits` runs the LM head on the hidden states of the answer positions only (the positions whose
+next label is not -100, exactly the HF causal-LM shift), so logits for prompt and image tokens are never
+built. `NumericObjective` turns those logits [M, V] and targets [M] into the loss and its logged parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .baselines import DIST2Loss, GaussianCELoss, NTLMSELoss, NTLWASLoss
+from .smmd import SMMDLoss
+
+IGNORE_INDEX = -100
+
+# name -> (class, fixed keyword arguments)
+AUX_LOSSES = {
+    "smmd": (SMMDLoss, {"mode": "smmd"}),
+    "mmd": (SMMDLoss, {"mode": "mmd"}),
+    "smooth": (SMMDLoss, {"mode": "smooth"}),
+    "ntl_mse": (NTLMSELoss, {}),
+    "ntl_was": (NTLWASLoss, {}),
+    "dist2": (DIST2Loss, {}),
+    "gce": (GaussianCELoss, {}),
+    "none": (None, {}),
+}
+AUX_NAMES = tuple(AUX_LOSSES)
+
+
+def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Positions that predict a label: labels [B, T] -> (batch_idx [M], pos_idx [M], targets [M]).
+
+    Position t of row b is kept when labels[b, t + 1] != -100 and its target is labels[b, t + 1], the
+    same shift as the Hugging Face causal-LM loss. Row-major order.
+    """
+    if labels.dim() != 2:
+        raise ValueError(f"labels must be [B, T], got {tuple(labels.shape)}")
+    following = labels[:, 1:]
+    batch_idx, pos_idx = (following != IGNORE_INDEX).nonzero(as_tuple=True)
+    return batch_idx, pos_idx, following[batch_idx, pos_idx]
+
+
+def answer_logits(
+    hidden_states: torch.Tensor, labels: torch.Tensor, lm_head: nn.Module
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits at the answer positions only: hidden_states [B, T, H], labels [B, T] -> ([M, V], targets [M]).
+
+    `lm_head` is called as a module on the gathered [M, H] states (so peft and DeepSpeed ZeRO-3 hooks run).
+    """
+    if hidden_states.shape[:2] != labels.shape:
+        raise ValueError(f"hidden_states {tuple(hidden_states.shape)} and labels {tuple(labels.shape)} "
+                         "must share [B, T]")
+    batch_idx, pos_idx, targets = answer_positions(labels.to(hidden_states.device))
+    return lm_head(hidden_states[batch_idx, pos_idx]), targets
+
+
+def _divide(total: torch.Tensor, denominator) -> torch.Tensor:
+    """total / denominator, where a zero (or missing) count divides by 1 so an empty sum stays 0."""
+    if isinstance(denominator, torch.Tensor):
+        return total / denominator.to(total.device, total.dtype).clamp_min(1)
+    return total / max(float(denominator), 1.0)
+
+
+class NumericObjective(nn.Module):
+    """loss = CE over all M answer positions + lam * aux over the positions whose target is in V_num.
+
+    numeric_token_ids [N], numeric_values [N]: V_num (e.g. from `NumericVocab`). aux: one of AUX_NAMES;
+    aux_kwargs go to that loss (SMMD: kernel, sigmas, squash, alpha, kernel_mode, seed; dist2: tau;
+    gce: sigma). Logits are upcast to float32 for both terms.
+    """
+
+    def __init__(
+        self,
+        numeric_token_ids: torch.Tensor | Sequence[int],
+        numeric_values: torch.Tensor | Sequence[float],
+        aux: str = "smmd",
+        lam: float = 1.0,
+        **aux_kwargs,
+    ):
+        super().__init__()
+        if aux not in AUX_LOSSES:
+            raise ValueError(f"aux must be one of {AUX_NAMES}, got {aux!r}")
+        ids = torch.as_tensor(numeric_token_ids, dtype=torch.long).reshape(-1)
+        values = torch.as_tensor(numeric_values, dtype=torch.float32).reshape(-1)
+        if len(ids) != len(values) or len(ids) == 0:
+            raise ValueError(f"need as many numeric token ids as values (> 0), got {len(ids)} and {len(values)}")
+        self.aux_name, self.lam = aux, float(lam)
+        self.register_buffer("numeric_token_ids", ids, persistent=False)
+        cls, fixed = AUX_LOSSES[aux]
+        if cls is None:
+            if aux_kwargs:
+                raise ValueError(f"aux 'none' takes no options, got {sorted(aux_kwargs)}")
+            self.aux_loss = None
+        else:
+            clash = set(fixed) & set(aux_kwargs)
+            if clash:
+                raise ValueError(f"aux {aux!r} fixes {sorted(clash)}; choose the aux name instead")
+            try:
+                self.aux_loss = cls(values, **fixed, **aux_kwargs)
+            except TypeError as err:
+                raise ValueError(f"bad options {sorted(aux_kwargs)} for aux {aux!r}: {err}") from None
+
+    @classmethod
+    def from_vocab(cls, vocab, **kwargs) -> NumericObjective:
+        """Build from a `vlm_smmd.numeric.NumericVocab`."""
+        return cls(vocab.token_ids, vocab.values, **kwargs)
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor, ce_denominator=None, aux_denominator=None) -> dict:
+        """logits [M, V] at answer positions, targets [M] token ids (-100 entries are ignored).
+
+        ce = (sum of CE over the M positions) / ce_denominator (default: number of targets);
+        aux = (sum of per-position aux over numeric targets) / aux_denominator (default: their number).
+        Denominators may be numbers or tensors (e.g. the Trainer's num_items_in_batch); 0 counts as 1.
+        Returns {"loss", "ce", "aux"} (tensors in the graph; aux exactly 0 but connected when no target
+        is numeric), {"ce_sum", "aux_sum"} (detached tensors) and {"n_tokens", "n_numeric"} (ints).
+        """
+        if logits.dim() != 2 or targets.shape != logits.shape[:1]:
+            raise ValueError(f"need logits [M, V] and targets [M], got {tuple(logits.shape)} and {tuple(targets.shape)}")
+        ids = self.numeric_token_ids
+        if len(ids) and int(ids.max()) >= logits.shape[1]:
+            raise ValueError(f"numeric token id {int(ids.max())} is outside the logit width {logits.shape[1]}")
+        targets = targets.to(logits.device)
+        logits32 = logits.float() if logits.dtype != torch.float64 else logits
+        ce_sum = F.cross_entropy(logits32, targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        n_tokens = int((targets != IGNORE_INDEX).sum())
+
+        if self.aux_loss is None:
+            aux_sum, n_numeric = logits32[:0].sum(), 0  # 0, connected to the graph
+        else:
+            match = targets[:, None] == ids[None, :]  # [M, N]
+            rows = match.any(1).nonzero(as_tuple=True)[0]  # numeric positions [Mn]
+            n_numeric = int(rows.numel())
+            num_logits = logits32[rows[:, None], ids[None, :]]  # [Mn, N]; empty but connected when Mn == 0
+            aux_sum = self.aux_loss.per_position(num_logits, match[rows].int().argmax(1)).sum()
+
+        ce = _divide(ce_sum, n_tokens if ce_denominator is None else ce_denominator)
+        aux = _divide(aux_sum, n_numeric if aux_denominator is None else aux_denominator)
+        return {
+            "loss": ce + self.lam * aux, "ce": ce, "aux": aux,
+            "ce_sum": ce_sum.detach(), "n_tokens": n_tokens, "aux_sum": aux_sum.detach(), "n_numeric": n_numeric,
+        }
