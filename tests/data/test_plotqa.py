@@ -5,8 +5,7 @@ import tracemalloc
 import pytest
 from PIL import Image
 
-from vlm_smmd.data import DataError, read_plotqa
-from vlm_smmd.data import plotqa
+from vlm_smmd.data import DataError, plotqa, read_plotqa
 from vlm_smmd.data.plotqa import format_number, iter_json_array
 
 

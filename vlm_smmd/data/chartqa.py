@@ -10,7 +10,8 @@ Every label is kept in `meta["answers"]` (the answer is the first); `meta["subse
 layout), null image bytes (parquet, from the column statistics); `verify_images=True` also opens each
 image with PIL's `verify()`. Otherwise an unreadable image raises DataError from `Sample.load_image()`.
 Parquet image bytes stay on disk: `__getitem__` reads the row group holding the row (two row groups
-cached per process) and returns a Sample whose image is opened lazily from those bytes.
+cached per process) and returns an `EncodedImageSample` whose image is those bytes (an `EncodedImage`,
+file-like), decoded only by `load_image()`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from PIL import Image
 
 from .plotqa import ImageChecker, JsonRecordSamples, answer_text, finish, require
-from .sample import DataError, Sample, SkipLog, check_on_error, resolve_in_root
+from .sample import DataError, Sample, SkipLog, check_on_error, resolve_in_root, to_rgb
 
 SUBSETS = ("human", "augmented")
 
@@ -94,18 +95,24 @@ class ChartQAJson(JsonRecordSamples):
                       id=f"{self.split}/{self.subset}/{record_no}", meta=meta)
 
 
+class EncodedImage(io.BytesIO):
+    """Encoded image bytes (PNG, JPEG...) not yet decoded; file-like, so `Image.open` takes it too."""
+
+
 @dataclass
 class EncodedImageSample(Sample):
-    """A Sample whose image was opened lazily from encoded bytes; decoding errors become DataError."""
+    """A Sample whose image is an EncodedImage, decoded only by `load_image()` (DataError if it cannot be)."""
 
     origin: str = ""
 
     def load_image(self) -> Image.Image:
-        try:
+        if not isinstance(self.image, EncodedImage):
             return super().load_image()
-        except DataError:
-            raise
-        except (OSError, SyntaxError, ValueError) as e:
+        try:
+            with Image.open(io.BytesIO(self.image.getvalue())) as img:
+                img.load()
+                return to_rgb(img)
+        except Exception as e:  # PIL raises many types for bad data
             raise DataError(f"{self.origin}: unreadable image (record {self.id!r} of {self.source}): {e}") from None
 
 
@@ -252,12 +259,8 @@ class ChartQAParquet(Sequence):
         data = self._image_bytes(fi, row)
         if data is None:
             raise DataError(f"{path}: image missing (null bytes) (record {ident!r} of chartqa)")
-        try:
-            image = Image.open(io.BytesIO(data))  # header only; pixels decode in load_image()
-        except Exception as e:  # PIL raises many types for bad data
-            raise DataError(f"{path}: unreadable image (record {ident!r} of chartqa): {e}") from None
         meta = {"split": self.split, "subset": subset, "answers": answers, "file": path.name, "row": row}
-        return EncodedImageSample(image=image, question=query, answer=answers[0], source="chartqa", id=ident,
+        return EncodedImageSample(image=EncodedImage(data), question=query, answer=answers[0], source="chartqa", id=ident,
                                   meta=meta, origin=f"{path} row {row}")
 
 
