@@ -1,0 +1,275 @@
+"""Evaluation: answer extraction, scores, metrics, batched generation, and `vlm-smmd eval` end to end."""
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from tests.conftest import make_image
+from vlm_smmd.data import DataError, Sample
+from vlm_smmd.evaluation import (
+    extract_answer,
+    generate_predictions,
+    json_safe,
+    main,
+    parse_data_spec,
+    score_prediction,
+    style_keys,
+    summarize,
+    write_outputs,
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# extract_answer
+
+
+@pytest.mark.parametrize("text,source,expected", [
+    ("12", "chartqa", "12"),
+    ("  The answer is 42.\nBecause the bar says so.", "chartqa", "42"),
+    ("\n\n  Answer: Democrat\n", "dvqa", "Democrat"),
+    ("Final answer: 0.07", "plotqa", "0.07"),
+    ("So the answer is: 17", "plotqa", "17"),
+    ("A: 5", "chartqa", "5"),
+    ("3.5.", "plotqa", "3.5"),
+    ("12.", "plotqa", "12"),
+    ("U.S.", "chartqa", "U.S."),
+    ("**7**", "dvqa", "7"),
+    ('"yes"', "dvqa", "yes"),
+    ("answering is hard", "chartqa", "answering is hard"),
+    ("", "chartqa", ""),
+    ("   \n \n", "clocks", ""),
+    ("1:30", "chartqa", "1:30"),
+    ("It is 3:15 pm.", "clocks", "3:15 pm"),
+    ("It is 3:15 p.m.", "clocks", "3:15 p.m."),
+    ("It is 3:15.", "clocks", "3:15"),
+    ("I think 10:07 or 10:08", "clocks", "10:07"),
+    ("25:99 then 4:05", "clocks", "4:05"),  # the first *valid* reading
+    ("first line\nthe clock shows 7:45:30", "clocks", "7:45:30"),  # anywhere in the text
+    ("The time is quarter to five.", "clocks", "quarter to five"),
+    ("12:345", "clocks", "12:345"),  # no reading: the general rule
+])
+def test_extract_answer(text, source, expected):
+    assert extract_answer(text, source) == expected
+
+
+def test_score_prediction():
+    s = score_prediction("12:03", ["11:58"], "clocks")
+    assert s == {"exact_match": 0.0, "time_exact": 0.0, "hour_correct": 0.0, "minute_correct": 0.0,
+                 "time_gap_minutes": 5.0, "within_5_min": 1.0}
+    s = score_prediction("3:07 pm", ["3:07"], "clocks")
+    assert (s["time_exact"], s["hour_correct"], s["minute_correct"], s["time_gap_minutes"]) == (1.0, 1.0, 1.0, 0.0)
+    assert s["exact_match"] == 0.0  # the string differs; the reading does not
+    s = score_prediction("quarter past", ["3:15"], "clocks")
+    assert s["time_gap_minutes"] is None and s["within_5_min"] == 0.0 and s["time_exact"] == 0.0
+    # several labels: the best one counts; relaxed accuracy only for chart sources
+    assert score_prediction("0.46", ["45", "0.45"], "chartqa") == {"exact_match": 0.0, "relaxed_accuracy": 1.0}
+    assert score_prediction("Three", ["three"], "dvqa") == {"exact_match": 1.0, "relaxed_accuracy": 1.0}
+    with pytest.raises(ValueError, match="holds no time"):
+        score_prediction("3:15", ["noon"], "clocks")
+
+
+def test_json_safe():
+    from pathlib import Path
+
+    import numpy as np
+
+    value = {"a": (1, np.int64(2)), 3: Path("x/y"), "f": float("nan"), "t": torch.tensor(1.5), "n": None}
+    assert json_safe(value) == {"a": [1, 2], "3": "x/y", "f": None, "t": 1.5, "n": None}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# summarize
+
+
+def _rec(source, split, scores, **meta):
+    return {"id": f"{source}-{len(meta)}", "source": source, "split": split, "question": "q", "target": "1",
+            "targets": ["1"], "prediction": "1", "raw_output": "1", "meta": meta, "scores": scores}
+
+
+def _clock(em, exact, gap, **meta):
+    return _rec("clocks", "test", {"exact_match": em, "time_exact": exact, "hour_correct": exact,
+                                   "minute_correct": 1.0, "time_gap_minutes": gap,
+                                   "within_5_min": float(gap is not None and gap <= 5)}, **meta)
+
+
+def test_summarize_counts_and_breakdowns():
+    chart = [
+        _rec("chartqa", "test", {"exact_match": 1.0, "relaxed_accuracy": 1.0}, subset="human"),
+        _rec("chartqa", "test", {"exact_match": 0.0, "relaxed_accuracy": 1.0}, subset="human"),
+        _rec("chartqa", "test", {"exact_match": 0.0, "relaxed_accuracy": 0.0}, subset="human"),
+        _rec("chartqa", "test", {"exact_match": 1.0, "relaxed_accuracy": 1.0}, subset="augmented"),
+        _rec("chartqa", "val", {"exact_match": 0.0, "relaxed_accuracy": 0.0}, subset="augmented"),
+    ]
+    dvqa = [
+        _rec("dvqa", "val_easy", {"exact_match": 1.0, "relaxed_accuracy": 1.0}, template_id="data_1",
+             question_type="data"),
+        _rec("dvqa", "val_easy", {"exact_match": 0.0, "relaxed_accuracy": 0.0}, template_id="reasoning_2",
+             question_type="reasoning"),
+        _rec("plotqa", None, {"exact_match": 0.0, "relaxed_accuracy": 1.0}, template="min_max", type="data"),
+    ]
+    common = dict(background="plain", border_width=3)  # constant / numeric: no breakdown
+    clocks = [
+        _clock(1.0, 1.0, 0.0, hour=3, minute=7, file_name="a.png", face_shape="round", numerals="arabic",
+               second_hand=True, style={"tip": "arrow"}, **common),
+        _clock(0.0, 0.0, 30.0, hour=4, minute=7, file_name="b.png", face_shape="round", numerals="roman",
+               second_hand=False, style={"tip": "plain"}, **common),
+        _clock(0.0, 0.0, None, hour=5, minute=8, file_name="c.png", face_shape="square", numerals="roman",
+               second_hand=False, style={"tip": "plain"}, **common),
+        _clock(0.0, 0.0, 4.0, hour=6, minute=9, file_name="d.png", face_shape="square", numerals=None,
+               second_hand=False, style={"tip": "arrow"}, **common),
+    ]
+    records = chart + dvqa + clocks
+    m = summarize(records)
+    assert m["count"] == 12
+    assert m["exact_match"] == pytest.approx(4 / 12)
+    assert set(m["sources"]) == {"chartqa", "dvqa", "plotqa", "clocks"}
+
+    test = m["sources"]["chartqa"]["test"]
+    assert (test["count"], test["exact_match"], test["relaxed_accuracy"]) == (4, 0.5, 0.75)
+    assert test["by"] == {"subset": {
+        "augmented": {"count": 1, "exact_match": 1.0, "relaxed_accuracy": 1.0},
+        "human": {"count": 3, "exact_match": pytest.approx(1 / 3), "relaxed_accuracy": pytest.approx(2 / 3)},
+    }}
+    assert m["sources"]["chartqa"]["val"]["count"] == 1
+    assert m["sources"]["chartqa"]["val"]["by"]["subset"] == {
+        "augmented": {"count": 1, "exact_match": 0.0, "relaxed_accuracy": 0.0}}
+
+    dv = m["sources"]["dvqa"]["val_easy"]
+    assert dv["count"] == 2 and set(dv["by"]) == {"template_id", "question_type"}
+    assert dv["by"]["template_id"] == {"data_1": {"count": 1, "exact_match": 1.0, "relaxed_accuracy": 1.0},
+                                       "reasoning_2": {"count": 1, "exact_match": 0.0, "relaxed_accuracy": 0.0}}
+    assert m["sources"]["plotqa"]["unknown"]["by"]["template"]["min_max"]["count"] == 1
+
+    c = m["sources"]["clocks"]["test"]
+    assert c["count"] == 4
+    assert (c["exact_match"], c["time_exact"], c["minute_correct"], c["within_5_min"]) == (0.25, 0.25, 1.0, 0.5)
+    assert c["no_time"] == 1
+    assert c["mean_time_gap_minutes"] == pytest.approx(statistics.fmean([0.0, 30.0, 4.0]))
+    assert c["median_time_gap_minutes"] == 4.0
+    # style keys: categorical strings/bools (None allowed), nested dicts dotted; not hour/minute/file name,
+    # not numeric, not constant
+    assert style_keys(clocks) == ["face_shape", "numerals", "second_hand", "style.tip"]
+    assert set(c["by"]) == {"face_shape", "numerals", "second_hand", "style.tip"}
+    assert {k: v["count"] for k, v in c["by"]["numerals"].items()} == {"arabic": 1, "null": 1, "roman": 2}
+    assert {k: v["count"] for k, v in c["by"]["second_hand"].items()} == {"false": 3, "true": 1}
+    square = c["by"]["face_shape"]["square"]
+    assert (square["count"], square["no_time"], square["mean_time_gap_minutes"], square["within_5_min"]) == \
+        (2, 1, 4.0, 0.5)
+    arrow = c["by"]["style.tip"]["arrow"]
+    assert (arrow["count"], arrow["time_exact"], arrow["mean_time_gap_minutes"]) == (2, 0.5, 2.0)
+
+    with pytest.raises(ValueError, match="no records"):
+        summarize([])
+
+
+def test_write_outputs_is_what_analysis_reads(tmp_path):
+    from vlm_smmd.analysis import load_predictions
+
+    records = [_clock(1.0, 1.0, 0.0, face_shape="round"), _rec("chartqa", "test", {"exact_match": 0.0,
+                                                                                    "relaxed_accuracy": 0.0})]
+    records[1]["targets"] = ["12", "12.0"]
+    metrics = summarize(records)
+    pred, met = write_outputs(records, metrics, tmp_path / "out")
+    assert [json.loads(line) for line in pred.read_text().splitlines()] == records
+    assert json.loads(met.read_text()) == metrics
+    assert [r["targets"] for r in load_predictions(pred)] == [["1"], ["12", "12.0"]]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generation
+
+
+def _samples():
+    """Different image sizes and question lengths, so a batch of them is left-padded."""
+    return [
+        Sample(make_image(120, 90, 0), "What time does the clock show?", "3:07", "clocks", "c0",
+               {"split": "test", "face_shape": "round"}),
+        Sample(make_image(200, 150, 7), "What is the value of the tallest bar in this chart, in millions?", "12",
+               "chartqa", "q1", {"split": "test", "subset": "human", "answers": ["12", "12.0"]}),
+        Sample(make_image(64, 64, 3), "How many bars?", "three", "dvqa", "d2", {"template_id": "data_1"}),
+    ]
+
+
+def _greedy_alone(model, processor, sample, max_new_tokens):
+    """Slow reference: one sample, full forward pass per step (no cache, no padding), argmax."""
+    from vlm_smmd.data.collator import QwenVLCollator
+
+    batch = QwenVLCollator(processor).prompt_batch([sample])
+    assert batch["attention_mask"].all()
+    ids, types = batch["input_ids"], batch["mm_token_type_ids"]
+    stop = {processor.tokenizer.convert_tokens_to_ids("<|im_end|>"), model.generation_config.eos_token_id}
+    new = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), mm_token_type_ids=types,
+                           pixel_values=batch["pixel_values"], image_grid_thw=batch["image_grid_thw"],
+                           use_cache=False).logits
+            token = int(logits[0, -1].argmax())
+            new.append(token)
+            if token in stop:
+                break
+            ids = torch.cat([ids, torch.tensor([[token]])], 1)
+            types = torch.cat([types, torch.zeros(1, 1, dtype=types.dtype)], 1)
+    return processor.tokenizer.decode(new, skip_special_tokens=True)
+
+
+def test_batched_generation_matches_each_sample_alone(tiny_model_and_processor):
+    model, processor = tiny_model_and_processor
+    samples = _samples()
+    from vlm_smmd.data.collator import QwenVLCollator
+
+    mask = QwenVLCollator(processor).prompt_batch(samples)["attention_mask"]
+    assert len(set(mask.sum(1).tolist())) == 3  # three prompt lengths: the batch is left-padded
+    batched = generate_predictions(model, processor, samples, batch_size=3, max_new_tokens=4, progress=False)
+    assert [r["id"] for r in batched] == ["c0", "q1", "d2"]
+    for sample, record in zip(samples, batched):
+        assert record["raw_output"] == _greedy_alone(model, processor, sample, 4)
+        assert record["prediction"] == extract_answer(record["raw_output"], sample.source)
+    # the record fields
+    r = batched[1]
+    assert (r["source"], r["split"], r["question"], r["target"], r["targets"]) == \
+        ("chartqa", "test", samples[1].question, "12", ["12", "12.0"])
+    assert r["meta"]["subset"] == "human" and set(r["scores"]) == {"exact_match", "relaxed_accuracy"}
+    assert set(batched[0]["scores"]) == {"exact_match", "time_exact", "hour_correct", "minute_correct",
+                                         "time_gap_minutes", "within_5_min"}
+    assert batched[2]["split"] is None and batched[2]["targets"] == ["three"]
+
+
+def test_unusable_sample_raises_or_is_skipped(tiny_model_and_processor, tmp_path):
+    from vlm_smmd.data.sample import SkipLog
+
+    model, processor = tiny_model_and_processor
+    samples = _samples()[:2]
+    samples.insert(1, Sample(tmp_path / "missing.png", "q?", "1", "plotqa", "gone"))
+    with pytest.raises(DataError, match="missing.png"):
+        generate_predictions(model, processor, samples, batch_size=2, max_new_tokens=1, progress=False)
+    log = SkipLog("eval")
+    with pytest.warns(UserWarning, match="skipped 1"):
+        records = generate_predictions(model, processor, samples, batch_size=2, max_new_tokens=1,
+                                       progress=False, on_error="skip", skip_log=log)
+    assert [r["id"] for r in records] == ["c0", "q1"] and log.counts == {"image missing": 1}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data specs and the command
+
+
+def test_parse_data_spec(tmp_path):
+    spec = parse_data_spec(f"clocks:{tmp_path}")
+    assert spec.name == "clocks" and spec.path == tmp_path
+    assert parse_data_spec("chartqa:C:/data").path.as_posix() == "C:/data"  # only the first ':' splits
+    for bad, message in [("clocks", "NAME:PATH"), ("clocks:", "NAME:PATH"), ("mnist:/x", "unknown source")]:
+        with pytest.raises(ValueError, match=message):
+            parse_data_spec(bad)
+
+
+def test_main_bad_arguments(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--model", "tiny", "--data", "mnist:/x", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "unknown source 'mnist'" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--data", f"clocks:{tmp_path / 'nope'}", "--out", str(tmp_path)]) == 1
+    assert "no such dataset folder" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--data", f"dvqa:{tmp_path}", "--data", f"dvqa:{tmp_path}",
+                 "--out", str(tmp_path)]) == 1
+    assert "once" in capsys.readouterr().err

@@ -1,0 +1,547 @@
+"""Evaluation: batched greedy generation, answer extraction, per-sample scores, metrics per source and split.
+
+`vlm-smmd eval --model DIR --data clocks:PATH [--data chartqa:PATH ...] --out DIR` writes
+DIR/predictions.jsonl (one record a line, the format `vlm_smmd.analysis.load_predictions` reads) and
+DIR/metrics.json. The Python API (`generate_predictions`, `extract_answer`, `score_prediction`,
+`summarize`, `write_outputs`, `evaluate_model`) is what the demo and `compare` call.
+
+A prediction record: id, source, split, question, target (the training answer), targets (every accepted
+label: ChartQA keeps several), prediction (the extracted answer), raw_output (the decoded new tokens),
+meta (the sample's meta, JSON-safe) and scores:
+- every source: exact_match (`metrics.exact_match`, case-insensitive, max over targets);
+- chartqa, plotqa, dvqa: relaxed_accuracy (ChartQA convention, max over targets);
+- clocks (against the first target, on the 12-hour dial): time_exact, hour_correct, minute_correct,
+  time_gap_minutes (None when the prediction holds no time) and within_5_min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from vlm_smmd.metrics import (
+    clock_exact,
+    clock_hour_correct,
+    clock_minute_correct,
+    clock_time_gap,
+    exact_match,
+    parse_time,
+    relaxed_accuracy,
+    score_against_targets,
+)
+
+SOURCES = ("clocks", "chartqa", "plotqa", "dvqa")
+CHART_SOURCES = ("chartqa", "plotqa", "dvqa")
+WITHIN_MINUTES = 5
+# meta keys each chart source is broken down by (clocks: every categorical meta key, see `style_keys`)
+BREAKDOWNS = {"chartqa": ("subset",), "dvqa": ("template_id", "question_type"), "plotqa": ("template", "type")}
+# clock meta keys that are no style attribute
+CLOCK_NON_STYLE = {"hour", "minute", "second", "file_name", "image", "question", "answer", "answers", "split",
+                   "id", "seed", "index", "record"}
+MAX_STYLE_LEVELS = 24  # a meta key with more distinct values is not treated as categorical
+
+# ---------------------------------------------------------------------------------------------------------
+# Answer extraction
+
+_PREFIX = re.compile(
+    r"^(?:(?:so|thus|therefore|hence)\s*,?\s+)?(?:the\s+)?(?:final\s+|correct\s+)?answer\s*(?:is\b|[:=])\s*:?\s*"
+    r"|^a\s*:\s*",
+    re.IGNORECASE,
+)
+_CLOCK_PREFIX = re.compile(r"^(?:the\s+)?(?:time\s+(?:shown\s+)?is|it\s+is|it's)\s+", re.IGNORECASE)
+# candidate clock readings; each is validated by `metrics.parse_time(..., whole=True)`
+_TIME_CANDIDATE = re.compile(r"(?<![\d:])\d{1,2}:\d{2}(?::\d{2})?(?![\d:])(?:\s*[ap]\.?\s?m\.?(?![a-z]))?",
+                             re.IGNORECASE | re.ASCII)
+_DOTTED_PM = re.compile(r"[ap]\.\s?m\.$", re.IGNORECASE)
+_ABBREVIATION = re.compile(r"(?:^|\s)(?:[A-Za-z]\.)+$")  # "U.S." keeps its final period
+_WRAPPERS = " \t\"'`*"
+
+
+def extract_answer(text: str, source: str) -> str:
+    """The answer in generated `text`.
+
+    For clocks, the first valid time reading anywhere in the text ("It is 3:15 pm." -> "3:15 pm"), if any.
+    Otherwise: the first non-empty line, stripped; a leading "The answer is", "Answer:", "Final answer:",
+    "A:" (and, for clocks, "The time is" / "It is") removed; surrounding quotes, backticks and markdown
+    asterisks removed; one trailing period removed unless the text ends in an abbreviation ("U.S.").
+    Empty text gives "".
+    """
+    if source == "clocks":
+        for m in _TIME_CANDIDATE.finditer(text):
+            if parse_time(m.group(), whole=True) is not None:
+                reading = m.group().strip()
+                # "3:15 pm." ends a sentence; "3:15 p.m." keeps its period
+                return reading[:-1] if reading.endswith(".") and not _DOTTED_PM.search(reading) else reading
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    line = _PREFIX.sub("", line, count=1).strip()
+    if source == "clocks":
+        line = _CLOCK_PREFIX.sub("", line, count=1).strip()
+    line = line.strip(_WRAPPERS)
+    if line.endswith(".") and not _ABBREVIATION.search(line):
+        line = line[:-1]
+    return line.strip(_WRAPPERS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scores
+
+
+def score_prediction(prediction: str, targets: Sequence[str], source: str) -> dict:
+    """Per-sample scores of `prediction` against `targets` (module docstring). A clock target holding no
+    time is a ValueError (it cannot be scored as a time)."""
+    scores: dict = {"exact_match": score_against_targets(exact_match, prediction, targets)}
+    if source in CHART_SOURCES:
+        scores["relaxed_accuracy"] = score_against_targets(relaxed_accuracy, prediction, targets)
+    elif source == "clocks":
+        target = targets[0]
+        gap = clock_time_gap(prediction, target)
+        scores.update(
+            time_exact=float(clock_exact(prediction, target)),
+            hour_correct=float(clock_hour_correct(prediction, target)),
+            minute_correct=float(clock_minute_correct(prediction, target)),
+            time_gap_minutes=gap,
+            within_5_min=float(gap is not None and gap <= WITHIN_MINUTES),
+        )
+    return scores
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generation
+
+
+def json_safe(value):
+    """`value` as plain JSON types: dict keys as strings, tuples as lists, numpy/torch scalars as Python
+    numbers, paths and other objects as strings; non-finite floats become None."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy / torch scalars and arrays
+        return json_safe(value.tolist())
+    return str(value)
+
+
+def sample_targets(sample) -> list[str]:
+    """Every accepted label of a sample: `meta["answers"]` when the reader kept several, else [answer]."""
+    answers = sample.meta.get("answers") if isinstance(sample.meta, Mapping) else None
+    if isinstance(answers, (list, tuple)) and answers:
+        return [str(a) for a in answers]
+    return [sample.answer]
+
+
+def _stop_ids(model, tokenizer) -> list[int]:
+    """The model's end-of-sequence ids plus <|im_end|> (the end of an assistant turn)."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id and im_end not in ids:
+        ids.append(im_end)
+    if not ids:
+        raise ValueError("the model and tokenizer define no end-of-sequence token")
+    return ids
+
+
+def _prompt_batches(collator, samples, batch_size: int, on_error: str, skip_log):
+    """(kept samples, prompt batch) per chunk of `samples`; under on_error="skip" a chunk that fails is
+    retried sample by sample and the unusable samples are counted in `skip_log`."""
+    from vlm_smmd.data.sample import DataError
+
+    for start in range(0, len(samples), batch_size):
+        chunk = list(samples[start:start + batch_size])
+        try:
+            yield chunk, collator.prompt_batch(chunk)
+            continue
+        except DataError:
+            if on_error == "raise":
+                raise
+        kept = []
+        for sample in chunk:
+            try:
+                collator.prompt_batch([sample])
+            except DataError as e:
+                skip_log.add(e)
+                continue
+            kept.append(sample)
+        yield kept, (collator.prompt_batch(kept) if kept else None)
+
+
+def generate_predictions(model, processor, samples, *, batch_size: int = 8, max_new_tokens: int = 16,
+                         system_prompt: str | None = None, instruction: str | None = None,
+                         min_pixels: int | None = None, max_pixels: int | None = None, progress: bool = True,
+                         on_error: str = "raise", skip_log=None, desc: str = "eval") -> list[dict]:
+    """Greedy answers for `samples`, one scored record per sample, in order (module docstring).
+
+    Batches of `batch_size` are built left-padded by `QwenVLCollator.prompt_batch` (the same chat as in
+    training, ending with the assistant header) and passed whole (input_ids, attention_mask,
+    mm_token_type_ids, pixel_values, image_grid_thw) to `model.generate` with do_sample=False; only the
+    new tokens [B, T_new] are decoded, without special tokens. Generation stops at the model's EOS or
+    <|im_end|>. Under on_error="skip" samples whose image or text cannot be used are left out and
+    counted in `skip_log` (a `SkipLog`); under "raise" the DataError naming the record propagates.
+    """
+    import torch
+    from tqdm import tqdm
+    from transformers import GenerationConfig
+
+    from vlm_smmd.data.collator import QwenVLCollator
+    from vlm_smmd.data.sample import SkipLog, check_on_error
+
+    check_on_error(on_error)
+    if batch_size < 1 or max_new_tokens < 1:
+        raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
+    skip_log = skip_log if skip_log is not None else SkipLog(desc)
+    tokenizer = processor.tokenizer
+    collator = QwenVLCollator(processor, system_prompt=system_prompt, instruction=instruction,
+                              min_pixels=min_pixels, max_pixels=max_pixels)
+    generation_config = GenerationConfig(
+        do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=_stop_ids(model, tokenizer),
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=getattr(model.generation_config, "bos_token_id", None),
+    )
+    device = model.device
+    was_training = model.training
+    model.eval()
+    records = []
+    bar = tqdm(total=math.ceil(len(samples) / batch_size), desc=desc, unit="batch", disable=not progress)
+    try:
+        for kept, batch in _prompt_batches(collator, samples, batch_size, on_error, skip_log):
+            bar.update()
+            if batch is None:
+                continue
+            inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            with torch.inference_mode():
+                out = model.generate(**inputs, generation_config=generation_config)
+            new_tokens = out[:, inputs["input_ids"].shape[1]:].cpu()  # [B, T_new]
+            texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            for sample, raw in zip(kept, texts, strict=True):
+                records.append(_record(sample, raw))
+    finally:
+        bar.close()
+        if was_training:
+            model.train()
+    if skip_log.total:
+        skip_log.report()
+    return records
+
+
+def _record(sample, raw_output: str) -> dict:
+    targets = sample_targets(sample)
+    prediction = extract_answer(raw_output, sample.source)
+    try:
+        scores = score_prediction(prediction, targets, sample.source)
+    except ValueError as e:
+        raise ValueError(f"cannot score record {sample.id!r} of {sample.source}: {e}") from None
+    meta = json_safe(sample.meta) if isinstance(sample.meta, Mapping) else {}
+    return {
+        "id": str(sample.id), "source": sample.source, "split": meta.get("split"), "question": sample.question,
+        "target": sample.answer, "targets": targets, "prediction": prediction, "raw_output": raw_output,
+        "meta": meta, "scores": scores,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Metrics
+
+
+def _aggregate(records: Sequence[Mapping]) -> dict:
+    """{"count", <mean of each score>, ...}; a time gap gives mean/median over records holding a time and
+    `no_time` (records whose prediction holds none)."""
+    out: dict = {"count": len(records)}
+    keys: list[str] = []
+    for r in records:
+        keys += [k for k in r["scores"] if k not in keys]
+    for key in keys:
+        values = [r["scores"][key] for r in records if key in r["scores"]]
+        if key == "time_gap_minutes":
+            gaps = [float(v) for v in values if v is not None]
+            out["mean_time_gap_minutes"] = statistics.fmean(gaps) if gaps else None
+            out["median_time_gap_minutes"] = statistics.median(gaps) if gaps else None
+            out["no_time"] = sum(v is None for v in values)
+        else:
+            out[key] = statistics.fmean(float(v) for v in values) if values else None
+    return out
+
+
+def _flat_meta(meta: Mapping, prefix: str = "") -> dict:
+    """Nested dicts flattened to dotted keys ({"style": {"face": "round"}} -> {"style.face": "round"})."""
+    flat = {}
+    for key, value in meta.items():
+        if isinstance(value, Mapping):
+            flat.update(_flat_meta(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _level(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def style_keys(records: Sequence[Mapping]) -> list[str]:
+    """The categorical meta keys of clock records: every value a string, bool or None, 2 to
+    MAX_STYLE_LEVELS distinct values, and not one of CLOCK_NON_STYLE (hour, minute, second, file name,
+    question, ...). Nested dicts count by dotted key. Sorted."""
+    values: dict[str, set] = {}
+    bad: set[str] = set()
+    for r in records:
+        for key, value in _flat_meta(r.get("meta") or {}).items():
+            if key.rsplit(".", 1)[-1] in CLOCK_NON_STYLE:
+                continue
+            if value is None or isinstance(value, (str, bool)):
+                values.setdefault(key, set()).add(_level(value))
+            else:
+                bad.add(key)
+    return sorted(k for k, v in values.items() if k not in bad and 2 <= len(v) <= MAX_STYLE_LEVELS)
+
+
+def _breakdown(records: Sequence[Mapping], key: str) -> dict:
+    """{level: aggregate} of `records` grouped by meta[key] (dotted for nested; missing -> "null")."""
+    groups: dict[str, list] = {}
+    for r in records:
+        groups.setdefault(_level(_flat_meta(r.get("meta") or {}).get(key)), []).append(r)
+    return {level: _aggregate(groups[level]) for level in sorted(groups)}
+
+
+def summarize(records: Sequence[Mapping]) -> dict:
+    """Metrics of scored records as a JSON-ready dict:
+
+    {"count", "exact_match" (all records),
+     "sources": {source: {split: {"count", <mean scores>, "by": {meta key: {value: {"count", ...}}}}}}}
+
+    Breakdowns: ChartQA by subset (human / augmented), DVQA by template_id and question_type, PlotQA by
+    template and type, clocks by every style attribute in meta (`style_keys`). A record without a split
+    is counted under "unknown".
+    """
+    if not records:
+        raise ValueError("summarize got no records")
+    by_source: dict[str, dict[str, list]] = {}
+    for r in records:
+        by_source.setdefault(r["source"], {}).setdefault(r.get("split") or "unknown", []).append(r)
+    sources = {}
+    for source in sorted(by_source):
+        sources[source] = {}
+        for split in sorted(by_source[source]):
+            recs = by_source[source][split]
+            keys = style_keys(recs) if source == "clocks" else BREAKDOWNS.get(source, ())
+            sources[source][split] = {**_aggregate(recs), "by": {key: _breakdown(recs, key) for key in keys}}
+    return {
+        "count": len(records),
+        "exact_match": statistics.fmean(float(r["scores"]["exact_match"]) for r in records),
+        "sources": sources,
+    }
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_outputs(records: Sequence[Mapping], metrics: Mapping, out_dir) -> tuple[Path, Path]:
+    """Write `out_dir`/predictions.jsonl (one record a line) and metrics.json; returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    predictions = out / "predictions.jsonl"
+    metrics_path = out / "metrics.json"
+    lines = [json.dumps(json_safe(r), ensure_ascii=False, allow_nan=False) for r in records]
+    _write_atomic(predictions, "".join(line + "\n" for line in lines))
+    _write_atomic(metrics_path, json.dumps(json_safe(metrics), indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    return predictions, metrics_path
+
+
+def format_metrics_table(metrics: Mapping) -> str:
+    """A short text table: one row per source and split."""
+    header = ("source", "split", "count", "exact", "relaxed", "time exact", f"<={WITHIN_MINUTES} min", "mean gap")
+    keys = ("exact_match", "relaxed_accuracy", "time_exact", "within_5_min", "mean_time_gap_minutes")
+    rows = [header]
+    for source, splits in metrics["sources"].items():
+        for split, m in splits.items():
+            cells = [source, split, str(m["count"])]
+            for key in keys:
+                value = m.get(key)
+                cells.append("-" if value is None else (f"{value:.1f}" if key.startswith("mean") else f"{value:.3f}"))
+            rows.append(tuple(cells))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data specs and the whole run
+
+
+class DataSpec(NamedTuple):
+    name: str
+    path: Path
+
+
+def parse_data_spec(spec) -> DataSpec:
+    """"NAME:PATH" (NAME one of SOURCES) or a (name, path) pair -> DataSpec; ValueError explaining a bad spec."""
+    if isinstance(spec, DataSpec):
+        name, path = spec
+    elif isinstance(spec, str):
+        name, sep, path = spec.partition(":")
+        if not sep or not path:
+            raise ValueError(f"data spec {spec!r} is not NAME:PATH (NAME one of {', '.join(SOURCES)})")
+    elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+        name, path = spec
+    else:
+        raise ValueError(f"data spec {spec!r} is not NAME:PATH or a (name, path) pair")
+    if name not in SOURCES:
+        raise ValueError(f"data spec {spec!r}: unknown source {name!r}; choose from {', '.join(SOURCES)}")
+    return DataSpec(name, Path(path))
+
+
+def read_source(spec: DataSpec, split: str, on_error: str = "raise"):
+    """The reader of `spec.name` on `spec.path` (a sequence of Samples; `.skipped` when the reader counts)."""
+    import vlm_smmd.data as data
+
+    reader = getattr(data, f"read_{spec.name}")
+    return reader(spec.path, split, on_error=on_error)
+
+
+def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "test", limit: int | None = None,
+                   batch_size: int = 8, max_new_tokens: int = 16, system_prompt: str | None = None,
+                   instruction: str | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
+                   on_error: str = "raise", device: str | None = None, dtype: str | None = None,
+                   progress: bool = True) -> dict:
+    """Load a model, generate for the first `limit` samples (all when None) of `split` of each data spec,
+    score, write predictions.jsonl + metrics.json to `out_dir`, and return the metrics.
+
+    `model_name_or_path`: a saved Qwen2.5-VL directory, a hub id or "tiny" (`modeling.load_model_and_processor`,
+    no trust_remote_code). `data_specs`: "NAME:PATH" strings or (name, path) pairs, each source at most once.
+    `device` defaults to cuda when available, else cpu; `dtype` defaults to fp32 on the CPU and the
+    checkpoint's own dtype ("auto") on a GPU. metrics["skipped"] counts, per source, the records the reader
+    and the generation skipped under on_error="skip"; metrics["run"] records the arguments.
+    """
+    import torch
+
+    from vlm_smmd.data.sample import SkipLog, check_on_error
+    from vlm_smmd.modeling import load_model_and_processor
+
+    check_on_error(on_error)
+    specs = [parse_data_spec(s) for s in data_specs]
+    if not specs:
+        raise ValueError("no data specs given")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"each source may be given once, got {', '.join(names)}")
+    for s in specs:
+        if not s.path.exists():
+            raise FileNotFoundError(f"{s.name}: no such dataset folder {s.path}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+
+    # read every dataset before the (slow) model load so that data errors surface first
+    datasets = [(s, read_source(s, split, on_error)) for s in specs]
+    for s, ds in datasets:
+        if len(ds) == 0:
+            raise ValueError(f"{s.name}:{s.path}: split {split!r} holds no usable samples")
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = dtype or ("fp32" if str(device).startswith("cpu") else "auto")
+    model, processor = load_model_and_processor(str(model_name_or_path), dtype=dtype, verbose=False)
+    model.to(device)
+
+    records, skipped = [], {}
+    for s, ds in datasets:
+        n = len(ds) if limit is None else min(limit, len(ds))
+        samples = [ds[i] for i in range(n)]
+        log = SkipLog(f"eval {s.name}")
+        recs = generate_predictions(model, processor, samples, batch_size=batch_size,
+                                    max_new_tokens=max_new_tokens, system_prompt=system_prompt,
+                                    instruction=instruction, min_pixels=min_pixels, max_pixels=max_pixels,
+                                    progress=progress, on_error=on_error, skip_log=log, desc=f"eval {s.name}")
+        for r in recs:
+            r["split"] = r["split"] or split
+        records += recs
+        read_log = getattr(ds, "skip_log", None)
+        skipped[s.name] = {"read": int(getattr(ds, "skipped", 0) or 0), "generate": log.total,
+                           "reasons": {**(read_log.counts if read_log is not None else {}), **log.counts}}
+    if not records:
+        raise ValueError("every sample was skipped; nothing to score")
+    metrics = summarize(records)
+    metrics["skipped"] = skipped
+    metrics["run"] = {"model": str(model_name_or_path), "data": {s.name: str(s.path) for s in specs},
+                      "split": split, "limit": limit, "max_new_tokens": max_new_tokens,
+                      "system_prompt": system_prompt, "instruction": instruction}
+    write_outputs(records, metrics, out_dir)
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CLI
+
+
+def _spec_arg(text: str) -> DataSpec:
+    try:
+        return parse_data_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="vlm-smmd eval",
+        description="Generate answers greedily for datasets and score them; writes predictions.jsonl and "
+                    "metrics.json.")
+    parser.add_argument("--model", required=True, help="saved Qwen2.5-VL directory, hub id, or 'tiny'")
+    parser.add_argument("--data", required=True, action="append", type=_spec_arg, metavar="NAME:PATH",
+                        help=f"dataset to evaluate, NAME one of {', '.join(SOURCES)}; repeat for several")
+    parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument("--split", default="test", help="split to read (default %(default)s)")
+    parser.add_argument("--limit", type=int, help="evaluate the first N samples of each dataset")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--instruction", help="text appended to each question (as in training)")
+    parser.add_argument("--system-prompt", help="system turn (as in training)")
+    parser.add_argument("--min-pixels", type=int)
+    parser.add_argument("--max-pixels", type=int)
+    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                        help="unusable records: stop with an error, or skip and count them")
+    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"),
+                        help="model dtype (default: fp32 on the CPU, the checkpoint's on a GPU)")
+    args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be >= 1, got {args.limit}")
+    if args.batch_size < 1 or args.max_new_tokens < 1:
+        parser.error("--batch-size and --max-new-tokens must be >= 1")
+
+    from vlm_smmd.data.sample import DataError
+
+    try:
+        metrics = evaluate_model(
+            args.model, args.data, args.out, split=args.split, limit=args.limit, batch_size=args.batch_size,
+            max_new_tokens=args.max_new_tokens, system_prompt=args.system_prompt, instruction=args.instruction,
+            min_pixels=args.min_pixels, max_pixels=args.max_pixels, on_error=args.on_error, device=args.device,
+            dtype=args.dtype)
+    except (OSError, ValueError, DataError) as e:
+        print(f"vlm-smmd eval: error: {e}", file=sys.stderr)
+        return 1
+    print(format_metrics_table(metrics))
+    for name, counts in metrics["skipped"].items():
+        if counts["read"] or counts["generate"]:
+            print(f"{name}: skipped {counts['read']} records at read time and {counts['generate']} at "
+                  f"generation ({counts['reasons']})")
+    print(f"predictions: {args.out / 'predictions.jsonl'} ({metrics['count']} records)")
+    print(f"metrics: {args.out / 'metrics.json'}")
+    print(f"next: vlm-smmd analyze {args.out / 'predictions.jsonl'} --out {args.out / 'analysis'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
