@@ -242,13 +242,17 @@ def test_unusable_sample_raises_or_is_skipped(tiny_model_and_processor, tmp_path
     model, processor = tiny_model_and_processor
     samples = _samples()[:2]
     samples.insert(1, Sample(tmp_path / "missing.png", "q?", "1", "plotqa", "gone"))
+    no_time = Sample(make_image(), "What time is it?", "noon", "clocks", "noon")
     with pytest.raises(DataError, match="missing.png"):
         generate_predictions(model, processor, samples, batch_size=2, max_new_tokens=1, progress=False)
+    with pytest.raises(DataError, match="cannot score record 'noon'"):
+        generate_predictions(model, processor, [no_time], max_new_tokens=1, progress=False)
     log = SkipLog("eval")
-    with pytest.warns(UserWarning, match="skipped 1"):
-        records = generate_predictions(model, processor, samples, batch_size=2, max_new_tokens=1,
+    with pytest.warns(UserWarning, match="skipped 2"):
+        records = generate_predictions(model, processor, samples + [no_time], batch_size=2, max_new_tokens=1,
                                        progress=False, on_error="skip", skip_log=log)
-    assert [r["id"] for r in records] == ["c0", "q1"] and log.counts == {"image missing": 1}
+    assert [r["id"] for r in records] == ["c0", "q1"]
+    assert log.counts == {"image missing": 1, "malformed record": 1}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -273,3 +277,92 @@ def test_main_bad_arguments(tmp_path, capsys):
     assert main(["--model", "tiny", "--data", f"dvqa:{tmp_path}", "--data", f"dvqa:{tmp_path}",
                  "--out", str(tmp_path)]) == 1
     assert "once" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# End to end: a saved tiny model, synthetic clocks and charts in every layout
+
+
+@pytest.fixture(scope="module")
+def saved_tiny_model(tmp_path_factory):
+    from vlm_smmd.modeling import load_model_and_processor
+
+    path = tmp_path_factory.mktemp("tiny_model")
+    model, processor = load_model_and_processor("tiny", verbose=False)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def eval_data(tmp_path_factory):
+    from data_synth.charts import write_chart_dataset
+    from data_synth.writer import write_clock_dataset
+
+    root = tmp_path_factory.mktemp("eval_data")
+    write_clock_dataset(root / "clocks", 4, seed=1, size=96, splits={"train": 0.25, "test": 0.75}, progress=False)
+    for layout, num in (("chartqa", 2), ("plotqa", 1), ("dvqa", 1)):
+        write_chart_dataset(root / layout, layout, num, seed=3, split="test", size=(160, 120), questions_per_chart=2)
+    return root
+
+
+def test_eval_end_to_end(saved_tiny_model, eval_data, tmp_path, capsys):
+    from vlm_smmd.analysis import load_predictions
+    from vlm_smmd.analysis import main as analyze_main
+    from vlm_smmd.data import read_chartqa, read_clocks, read_dvqa, read_plotqa
+
+    out = tmp_path / "eval"
+    argv = ["--model", str(saved_tiny_model), "--out", str(out), "--limit", "3", "--batch-size", "2",
+            "--max-new-tokens", "3", "--instruction", "Answer briefly."]
+    for name in ("clocks", "chartqa", "plotqa", "dvqa"):
+        argv += ["--data", f"{name}:{eval_data / name}"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert str(out / "predictions.jsonl") in printed and str(out / "metrics.json") in printed
+    assert "source" in printed and "clocks" in printed
+
+    readers = {"clocks": read_clocks, "chartqa": read_chartqa, "plotqa": read_plotqa, "dvqa": read_dvqa}
+    expected = {name: list(reader(eval_data / name, "test"))[:3] for name, reader in readers.items()}
+    assert {k: len(v) for k, v in expected.items()} == {"clocks": 3, "chartqa": 3, "plotqa": 2, "dvqa": 2}
+
+    lines = (out / "predictions.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert len(records) == 10
+    for r in records:
+        assert set(r) == {"id", "source", "split", "question", "target", "targets", "prediction", "raw_output",
+                          "meta", "scores"}
+        assert r["split"] == "test"
+        assert r["prediction"] == extract_answer(r["raw_output"], r["source"])
+        assert r["scores"] == score_prediction(r["prediction"], r["targets"], r["source"])
+    for name, samples in expected.items():
+        got = [r for r in records if r["source"] == name]
+        assert [r["id"] for r in got] == [str(s.id) for s in samples]
+        assert [r["target"] for r in got] == [s.answer for s in samples]
+        assert [r["question"] for r in got] == [s.question for s in samples]
+    chart = [r for r in records if r["source"] == "chartqa"]
+    assert [r["targets"] for r in chart] == [[str(a) for a in s.meta["answers"]] for s in expected["chartqa"]]
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["count"] == 10
+    assert {s: {split: m["count"] for split, m in splits.items()} for s, splits in metrics["sources"].items()} == \
+        {"clocks": {"test": 3}, "chartqa": {"test": 3}, "plotqa": {"test": 2}, "dvqa": {"test": 2}}
+    for name, splits in metrics["sources"].items():
+        got = [r for r in records if r["source"] == name]
+        m = splits["test"]
+        assert m["exact_match"] == pytest.approx(statistics.fmean(r["scores"]["exact_match"] for r in got))
+        for key, groups in m["by"].items():  # each breakdown partitions the records
+            assert sum(g["count"] for g in groups.values()) == len(got), (name, key)
+    subsets = [r["meta"]["subset"] for r in chart]
+    assert {k: v["count"] for k, v in metrics["sources"]["chartqa"]["test"]["by"]["subset"].items()} == \
+        {s: subsets.count(s) for s in set(subsets)}
+    assert set(metrics["sources"]["dvqa"]["test"]["by"]) == {"template_id", "question_type"}
+    assert set(metrics["sources"]["plotqa"]["test"]["by"]) == {"template", "type"}
+    clocks = metrics["sources"]["clocks"]["test"]
+    assert "time_exact" in clocks and "no_time" in clocks
+    assert set(clocks["by"]) == set(style_keys([r for r in records if r["source"] == "clocks"]))
+    assert not {"hour", "minute", "second", "file_name", "question", "render_seed"} & set(clocks["by"])
+    assert metrics["skipped"] == {name: {"read": 0, "generate": 0, "reasons": {}} for name in readers}
+
+    assert len(load_predictions(out / "predictions.jsonl")) == 10
+    assert analyze_main([str(out / "predictions.jsonl"), "--out", str(tmp_path / "analysis")]) == 0
+    assert (tmp_path / "analysis" / "report.md").is_file()

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from vlm_smmd.data.sample import DataError, SkipLog, check_on_error
 from vlm_smmd.metrics import (
     clock_exact,
     clock_hour_correct,
@@ -96,7 +97,8 @@ def extract_answer(text: str, source: str) -> str:
 
 def score_prediction(prediction: str, targets: Sequence[str], source: str) -> dict:
     """Per-sample scores of `prediction` against `targets` (module docstring). A clock target holding no
-    time is a ValueError (it cannot be scored as a time)."""
+    time is a ValueError (it cannot be scored as a time; generation reports it as a DataError naming the
+    record, or skips it under on_error="skip")."""
     scores: dict = {"exact_match": score_against_targets(exact_match, prediction, targets)}
     if source in CHART_SOURCES:
         scores["relaxed_accuracy"] = score_against_targets(relaxed_accuracy, prediction, targets)
@@ -156,8 +158,6 @@ def _stop_ids(model, tokenizer) -> list[int]:
 def _prompt_batches(collator, samples, batch_size: int, on_error: str, skip_log):
     """(kept samples, prompt batch) per chunk of `samples`; under on_error="skip" a chunk that fails is
     retried sample by sample and the unusable samples are counted in `skip_log`."""
-    from vlm_smmd.data.sample import DataError
-
     for start in range(0, len(samples), batch_size):
         chunk = list(samples[start:start + batch_size])
         try:
@@ -195,7 +195,6 @@ def generate_predictions(model, processor, samples, *, batch_size: int = 8, max_
     from transformers import GenerationConfig
 
     from vlm_smmd.data.collator import QwenVLCollator
-    from vlm_smmd.data.sample import SkipLog, check_on_error
 
     check_on_error(on_error)
     if batch_size < 1 or max_new_tokens < 1:
@@ -224,7 +223,12 @@ def generate_predictions(model, processor, samples, *, batch_size: int = 8, max_
             new_tokens = out[:, inputs["input_ids"].shape[1]:].cpu()  # [B, T_new]
             texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
             for sample, raw in zip(kept, texts, strict=True):
-                records.append(_record(sample, raw))
+                try:
+                    records.append(_record(sample, raw))
+                except DataError as e:  # a target that cannot be scored
+                    if on_error == "raise":
+                        raise
+                    skip_log.add(e)
     finally:
         bar.close()
         if was_training:
@@ -240,7 +244,7 @@ def _record(sample, raw_output: str) -> dict:
     try:
         scores = score_prediction(prediction, targets, sample.source)
     except ValueError as e:
-        raise ValueError(f"cannot score record {sample.id!r} of {sample.source}: {e}") from None
+        raise DataError(f"malformed record: cannot score record {sample.id!r} of {sample.source}: {e}") from None
     meta = json_safe(sample.meta) if isinstance(sample.meta, Mapping) else {}
     return {
         "id": str(sample.id), "source": sample.source, "split": meta.get("split"), "question": sample.question,
@@ -429,7 +433,6 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     """
     import torch
 
-    from vlm_smmd.data.sample import SkipLog, check_on_error
     from vlm_smmd.modeling import load_model_and_processor
 
     check_on_error(on_error)
@@ -476,8 +479,9 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     metrics = summarize(records)
     metrics["skipped"] = skipped
     metrics["run"] = {"model": str(model_name_or_path), "data": {s.name: str(s.path) for s in specs},
-                      "split": split, "limit": limit, "max_new_tokens": max_new_tokens,
-                      "system_prompt": system_prompt, "instruction": instruction}
+                      "split": split, "limit": limit, "batch_size": batch_size, "max_new_tokens": max_new_tokens,
+                      "system_prompt": system_prompt, "instruction": instruction, "min_pixels": min_pixels,
+                      "max_pixels": max_pixels, "on_error": on_error}
     write_outputs(records, metrics, out_dir)
     return metrics
 
@@ -520,8 +524,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.batch_size < 1 or args.max_new_tokens < 1:
         parser.error("--batch-size and --max-new-tokens must be >= 1")
-
-    from vlm_smmd.data.sample import DataError
 
     try:
         metrics = evaluate_model(
