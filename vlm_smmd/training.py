@@ -24,25 +24,30 @@ class NumericTrainer(Trainer):
 
     The forward runs without labels and keeps only the logits of the right-aligned answer window
     (`logits_to_keep`; the collator pads on the left), so no `[B, T, V]` tensor is built.
-    Normalisation under gradient accumulation: CE is divided by the Trainer's `num_items_in_batch`
-    (answer tokens over all accumulated micro-batches and ranks); aux likewise by the number of numeric
-    answer tokens over the same micro-batches, counted in `get_batch_samples`.
+    Normalisation under gradient accumulation and data parallelism: `get_batch_samples` counts the
+    answer tokens and the numeric answer tokens over all micro-batches of the optimizer step and all
+    ranks; CE and aux are sums divided by those counts, so the update equals the one-big-batch update.
     """
+
+    loss_is_scaled_for_ga = True  # compute_loss divides by whole-step counts itself
 
     def __init__(self, *args, objective: NumericObjective, **kwargs):
         super().__init__(*args, **kwargs)
         self.objective = objective.to(self.args.device)
-        self._numeric_items_in_batch = None
+        self._step_counts = None  # (answer tokens, numeric answer tokens) of the current optimizer step
         self._parts = {"train": defaultdict(float), "eval": defaultdict(float)}
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        # numeric_mask marks label positions; position 0 is never predicted (labels shift by one)
-        count = sum((b["numeric_mask"][..., 1:].sum() for b in batch_samples if "numeric_mask" in b),
-                    torch.tensor(0))
-        if self.args.average_tokens_across_devices and self.args.world_size > 1:
-            count = self.accelerator.gather(count.to(device)).sum()
-        self._numeric_items_in_batch = count.to(device)
+        # labels shift by one: position 0 is never a target
+        counts = torch.zeros(2, dtype=torch.long)
+        for batch in batch_samples:
+            counts[0] += int((batch["labels"][..., 1:] != -100).sum())
+            counts[1] += int(batch["numeric_mask"][..., 1:].sum())
+        counts = counts.to(device)
+        if self.args.world_size > 1:
+            counts = self.accelerator.gather(counts[None]).sum(0)
+        self._step_counts = counts
         return batch_samples, num_items_in_batch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -55,16 +60,14 @@ class NumericTrainer(Trainer):
         outputs = model(**inputs, logits_to_keep=keep, use_cache=False)
         logits = outputs.logits[batch_idx, pos_idx - (seq_len - keep)]  # [M, V]
 
-        global_norm = model.training and num_items_in_batch is not None
-        parts = self.objective(
-            logits, targets,
-            ce_denominator=num_items_in_batch if global_norm else None,
-            aux_denominator=self._numeric_items_in_batch.clamp(min=1) if global_norm else None,
-        )
-        loss = parts["loss"]
-        if global_norm and self.args.average_tokens_across_devices:
-            # denominators are global; gradients are averaged over ranks, so undo that average
-            loss = loss * self.accelerator.num_processes
+        if model.training and self._step_counts is not None:
+            parts = self.objective(logits, targets, ce_denominator=self._step_counts[0],
+                                   aux_denominator=self._step_counts[1])
+            # counts span all ranks while gradients are averaged over ranks: undo that average
+            loss = parts["loss"] * self.args.world_size
+        else:  # evaluation, or a step not fed through get_batch_samples: means over this batch
+            parts = self.objective(logits, targets)
+            loss = parts["loss"] / (self.current_gradient_accumulation_steps if model.training else 1)
         self._record(parts, "train" if model.training else "eval")
         return (loss, outputs) if return_outputs else loss
 
@@ -148,6 +151,21 @@ def build_objective(loss_args, numeric_vocab) -> NumericObjective:
     return NumericObjective.from_vocab(numeric_vocab, aux=loss_args.aux, lam=loss_args.aux_lambda, **options)
 
 
+def ensure_single_process_env() -> None:
+    """Rank variables for a run started without a launcher, so DeepSpeed does not look for MPI."""
+    import os
+    import socket
+
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        os.environ.setdefault(key, value)
+
+
 def run(model_args, data_args, loss_args, train_args) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir."""
     from .data.collator import QwenVLCollator
@@ -229,12 +247,23 @@ def config_help() -> str:
     return "\n".join(lines)
 
 
+def _config_uses_deepspeed(path) -> bool:
+    import yaml
+
+    try:
+        return bool((yaml.safe_load(Path(path).read_text()) or {}).get("deepspeed"))
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        return False  # load_config reports the problem
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(config_help())
         return 0
     config_path, overrides = (None, argv) if argv[0].startswith("--") else (argv[0], argv[1:])
+    if any(a == "--deepspeed" or a.startswith("--deepspeed=") for a in overrides) or _config_uses_deepspeed(config_path):
+        ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
     try:
         configs = load_config(config_path, parse_overrides(overrides))
     except ConfigError as e:
