@@ -1,0 +1,188 @@
+"""The dataset writer: determinism across workers, imagefolder + read_clocks loading, answers, atomic
+writes and --resume, the CLI, and the PNG encoder."""
+
+import io
+import json
+from datetime import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import data_synth.writer as writer
+from data_synth.clocks import ClockStyle, render_clock
+from data_synth.writer import clocks_main, encode_png, write_clock_dataset
+
+SMALL = dict(size=64, progress=False)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def rows(root: Path, split: str) -> list[dict]:
+    return [json.loads(line) for line in (root / split / "metadata.jsonl").read_text().splitlines()]
+
+
+def test_same_bytes_with_one_or_two_workers(tmp_path):
+    a = write_clock_dataset(tmp_path / "a", 20, seed=3, workers=1, **SMALL)
+    b = write_clock_dataset(tmp_path / "b", 20, seed=3, workers=2, **SMALL)
+    ta, tb = tree(a), tree(b)
+    assert len(ta) == 20 + 2 + 1  # images, two metadata files, generation.json
+    assert ta == tb
+    c = write_clock_dataset(tmp_path / "c", 20, seed=4, workers=1, **SMALL)
+    assert tree(c) != ta
+
+
+def test_layout_counts_and_rerender_from_metadata(tmp_path):
+    out = write_clock_dataset(tmp_path / "d", 10, seed=1, splits="train=0.7,test=0.3", **SMALL)
+    train, test = rows(out, "train"), rows(out, "test")
+    assert (len(train), len(test)) == (7, 3)
+    assert [r["index"] for r in train + test] == list(range(10))
+    assert not list(tmp_path.glob(".*partial*"))
+    for split, row in [("train", train[2]), ("test", test[0])]:
+        style = ClockStyle.from_dict({k: row[k] for k in ClockStyle.__dataclass_fields__})
+        again = render_clock(row["hour"], row["minute"], row["second"], size=64, style=style, seed=row["render_seed"])
+        stored = Image.open(out / split / row["file_name"])
+        assert np.array_equal(np.asarray(stored), np.asarray(again))
+
+
+def expected_answer(h, m, s, fmt):
+    """Independent formatting through datetime.strftime."""
+    t = time(h, m, s or 0)
+    text = {"h:mm": t.strftime("%I:%M").lstrip("0"), "hh:mm": t.strftime("%I:%M"), "24h": t.strftime("%H:%M")}[fmt]
+    return text + (t.strftime(":%S") if s is not None else "")
+
+
+@pytest.mark.parametrize("fmt, seconds", [("h:mm", False), ("hh:mm", False), ("24h", True), ("h:mm", True)])
+def test_answers_follow_the_format_and_the_drawn_time(tmp_path, fmt, seconds):
+    out = write_clock_dataset(tmp_path / "f", 24, seed=7, answer_format=fmt, with_seconds=seconds,
+                              splits={"train": 1.0}, **SMALL)
+    for row in rows(out, "train"):
+        assert (row["second"] is not None) == seconds
+        assert row["answer"] == expected_answer(row["hour"], row["minute"], row["second"], fmt)
+        assert row["second_hand"] == seconds  # never a second hand the answer does not read
+        if fmt == "24h":
+            assert row["am_pm"] is True
+        if seconds:
+            assert "{format}" not in row["question"]
+    assert {r["hour"] for r in rows(out, "train")} & set(range(12, 24))  # hours over the whole day
+
+
+def test_loads_with_datasets_imagefolder_and_read_clocks(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from vlm_smmd.data import read_clocks
+
+    out = write_clock_dataset(tmp_path / "ds", 12, seed=5, splits="train=0.75,test=0.25", **SMALL)
+    ds = datasets.load_dataset("imagefolder", data_dir=str(out), cache_dir=str(tmp_path / "cache"))
+    assert set(ds) == {"train", "test"}
+    for split, n in (("train", 9), ("test", 3)):
+        meta = rows(out, split)
+        assert ds[split].num_rows == n
+        assert ds[split]["answer"] == [r["answer"] for r in meta]
+        assert ds[split]["minute"] == [r["minute"] for r in meta]
+        first = ds[split][0]
+        assert np.array_equal(np.asarray(first["image"].convert("RGB")),
+                              np.asarray(Image.open(out / split / meta[0]["file_name"])))
+        samples = read_clocks(out, split)
+        assert [s.answer for s in samples] == [r["answer"] for r in meta]
+        assert samples[0].source == "clocks" and samples[0].meta["hour"] == meta[0]["hour"]
+        assert samples[0].meta["face_shape"] == meta[0]["face_shape"]
+        assert samples[0].load_image().size == (64, 64)
+
+
+def test_interrupted_write_leaves_no_dataset_and_resume_completes_it(tmp_path, monkeypatch):
+    reference = write_clock_dataset(tmp_path / "ref", 15, seed=11, **SMALL)
+    real = writer._render_item
+    calls = []
+
+    def failing(plan, index, root):
+        if len(calls) == 6:
+            raise RuntimeError("injected failure")
+        calls.append(index)
+        return real(plan, index, root)
+
+    monkeypatch.setattr(writer, "_render_item", failing)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="injected"):
+        write_clock_dataset(out, 15, seed=11, **SMALL)
+    assert not out.exists()
+    partial = tmp_path / ".out.partial"
+    assert partial.is_dir()
+    with open(partial / "progress.jsonl", "a") as f:  # a line torn by the interruption
+        f.write('{"file_name": "0000/000')
+
+    with pytest.raises(FileExistsError, match="--resume"):
+        write_clock_dataset(out, 15, seed=11, **SMALL)
+    with pytest.raises(ValueError, match="seed"):
+        write_clock_dataset(out, 15, seed=12, resume=True, **SMALL)
+
+    calls.clear()
+    monkeypatch.setattr(writer, "_render_item", lambda plan, index, root: calls.append(index) or real(plan, index, root))
+    write_clock_dataset(out, 15, seed=11, resume=True, **SMALL)
+    assert sorted(calls) == list(range(6, 15))  # the six finished images were not drawn again
+    assert not partial.exists()
+    assert tree(out) == tree(reference)
+
+
+def test_existing_output_needs_overwrite(tmp_path):
+    out = write_clock_dataset(tmp_path / "o", 4, seed=0, **SMALL)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        write_clock_dataset(out, 4, seed=0, **SMALL)
+    write_clock_dataset(out, 6, seed=1, overwrite=True, **SMALL)
+    assert len(rows(out, "train")) + len(rows(out, "test")) == 6
+    assert not list(tmp_path.glob(".o.*"))
+
+
+def test_time_distribution_file_and_question_phrasings(tmp_path):
+    times = tmp_path / "times.txt"
+    times.write_text("# two times\n3:00 1\n21:30, 3\n")
+    out = write_clock_dataset(tmp_path / "t", 30, seed=2, times=times, splits={"train": 1.0},
+                              questions=["Q1 {format}?", "Q2"], **SMALL)
+    got = rows(out, "train")
+    assert {(r["hour"], r["minute"]) for r in got} == {(3, 0), (21, 30)}
+    assert {r["question"] for r in got} == {"Q1 H:MM?", "Q2"}
+    bad = tmp_path / "bad.txt"
+    bad.write_text("3:00\n25:00\n")
+    with pytest.raises(ValueError, match=r"bad\.txt:2"):
+        write_clock_dataset(tmp_path / "t2", 3, times=bad, **SMALL)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num=0), "num"), (dict(size=32), "size"), (dict(splits="train=0.5,test=0.4"), "sum to 1"),
+    (dict(splits="train=1,train=0"), "train"), (dict(answer_format="hh:mm:ss"), "answer_format"),
+    (dict(style={"numerals": "greek"}), "numerals"), (dict(style={"shade": 1}), "shade"),
+    (dict(style={"second_hand": True}), "second_hand"), (dict(workers=0), "workers"),
+    (dict(answer_format="24h", style={"am_pm": False}), "am_pm"),
+])
+def test_bad_arguments_raise(tmp_path, kwargs, match):
+    args = dict(num=4, **SMALL) | kwargs
+    with pytest.raises(ValueError, match=match):
+        write_clock_dataset(tmp_path / "x", args.pop("num"), **args)
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_with_style_options(tmp_path, capsys):
+    out = tmp_path / "cli"
+    code = clocks_main(["--num", "6", "--seed", "9", "--out", str(out), "--size", "64", "--splits", "train=0.5,test=0.5",
+                        "--answer-format", "24h", "--with-seconds", "--plain", "--style", "numerals=roman",
+                        "--style", "face_color=#ffeecc", "--style", "blur=0.5", "--no-progress"])
+    assert code == 0
+    for row in rows(out, "train") + rows(out, "test"):
+        assert row["numerals"] == "roman" and row["face_color"] == [255, 238, 204] and row["blur"] == 0.5
+        assert row["face_shape"] == "round"  # plain style elsewhere
+        assert len(row["answer"]) == 8
+    assert clocks_main(["--num", "2", "--out", str(tmp_path / "bad"), "--style", "shade=3", "--no-progress"]) == 2
+    assert "shade" in capsys.readouterr().err
+
+
+def test_encode_png_is_lossless():
+    rng = np.random.default_rng(0)
+    for arr in (rng.integers(0, 256, (37, 53, 3), dtype=np.uint8), rng.integers(0, 256, (20, 9), dtype=np.uint8),
+                np.zeros((64, 64, 3), np.uint8)):
+        img = Image.fromarray(arr)
+        back = Image.open(io.BytesIO(encode_png(img)))
+        assert back.mode == img.mode and np.array_equal(np.asarray(back), arr)
+    with pytest.raises(ValueError, match="RGBA"):
+        encode_png(Image.new("RGBA", (4, 4)))

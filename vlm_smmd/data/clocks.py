@@ -1,0 +1,64 @@
+"""Reader of clock datasets written by `data-synth clocks` (an imagefolder per split)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .sample import DataError, Sample, SkipLog, check_on_error, resolve_in_root
+
+SOURCE = "clocks"
+_REQUIRED = ("file_name", "question", "answer")
+
+
+def read_clocks(root, split: str, on_error: str = "raise") -> list[Sample]:
+    """Samples of `root/split/metadata.jsonl`, in file order.
+
+    Sample: image = path of the PNG (opened lazily), question, answer = the metadata answer string
+    ("3:07"), source "clocks", id = the image's file stem, meta = the row's other fields (hour, minute,
+    second, index, render_seed and the style attributes). A malformed line, a path outside the split
+    folder or a missing image raises DataError naming the file and line; with on_error="skip" such
+    records are skipped, counted and reported once.
+    """
+    check_on_error(on_error)
+    split_dir = Path(root) / split
+    meta_path = split_dir / "metadata.jsonl"
+    if not meta_path.is_file():
+        found = sorted(p.name for p in Path(root).iterdir() if (p / "metadata.jsonl").is_file()) \
+            if Path(root).is_dir() else []
+        raise DataError(f"{meta_path}: no such file (split {split!r}; splits found in {root}: "
+                        f"{', '.join(found) or 'none'})")
+    skipped = SkipLog(SOURCE)
+    samples = []
+    with open(meta_path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                samples.append(_sample(line, split_dir, meta_path, lineno))
+            except DataError as e:
+                if on_error == "raise":
+                    raise
+                skipped.add(e)
+    skipped.report()
+    return samples
+
+
+def _sample(line: str, split_dir: Path, meta_path: Path, lineno: int) -> Sample:
+    where = f"{meta_path}:{lineno}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: malformed record (not JSON: {e.msg})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: malformed record (expected a JSON object)")
+    for key in _REQUIRED:
+        if not isinstance(row.get(key), str) or not row[key].strip():
+            raise DataError(f"{where}: malformed record ({key!r} missing or not a non-empty string)")
+    record = f"{where} ({row['file_name']})"
+    path = resolve_in_root(split_dir, row["file_name"], record=record, source=SOURCE)
+    if not path.is_file():
+        raise DataError(f"{path}: image missing (record {record!r} of {SOURCE})")
+    meta = {k: v for k, v in row.items() if k not in _REQUIRED}
+    return Sample(image=str(path), question=row["question"], answer=row["answer"], source=SOURCE,
+                  id=Path(row["file_name"]).stem, meta=meta)
