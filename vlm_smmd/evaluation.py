@@ -429,7 +429,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     no trust_remote_code). `data_specs`: "NAME:PATH" strings or (name, path) pairs, each source at most once.
     `device` defaults to cuda when available, else cpu; `dtype` defaults to fp32 on the CPU and the
     checkpoint's own dtype ("auto") on a GPU. metrics["skipped"] counts, per source, the records the reader
-    and the generation skipped under on_error="skip"; metrics["run"] records the arguments.
+    ("read"; None when the reader keeps no count) and the generation ("generate") skipped under
+    on_error="skip", with the reasons; metrics["run"] records the arguments.
     """
     import torch
 
@@ -472,7 +473,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
             r["split"] = r["split"] or split
         records += recs
         read_log = getattr(ds, "skip_log", None)
-        skipped[s.name] = {"read": int(getattr(ds, "skipped", 0) or 0), "generate": log.total,
+        read_skips = getattr(ds, "skipped", None)  # None: the reader does not count (it warns instead)
+        skipped[s.name] = {"read": None if read_skips is None else int(read_skips), "generate": log.total,
                            "reasons": {**(read_log.counts if read_log is not None else {}), **log.counts}}
     if not records:
         raise ValueError("every sample was skipped; nothing to score")
