@@ -26,7 +26,7 @@ from pathlib import Path
 from PIL import Image
 
 from .plotqa import ImageChecker, JsonRecordSamples, answer_text, finish, require
-from .sample import DataError, Sample, SkipLog, check_on_error, resolve_in_root, to_rgb
+from .sample import DataError, Sample, SkipLog, check_on_error, to_rgb
 
 SUBSETS = ("human", "augmented")
 
@@ -69,6 +69,7 @@ class ChartQAJson(JsonRecordSamples):
     def __init__(self, path: Path, root: Path, split: str, subset: str, skip_log: SkipLog):
         super().__init__(path, skip_log)
         self.root, self.split, self.subset = root, split, subset
+        self.image_dir = root / split / "png"
 
     def _fields(self, obj, where):
         imgname = require(obj, "imgname", str, where)
@@ -84,8 +85,8 @@ class ChartQAJson(JsonRecordSamples):
             answers.append(answer_text(item, where))
         return imgname, query, answers
 
-    def _image_path(self, fields, where):
-        return resolve_in_root(self.root / self.split / "png", fields[0], record=where, source="chartqa")
+    def _image_ref(self, fields):
+        return self.image_dir, fields[0]
 
     def _sample(self, fields, record_no, image):
         imgname, query, answers = fields

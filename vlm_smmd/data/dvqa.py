@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .plotqa import ImageChecker, JsonRecordSamples, answer_text, finish, require
-from .sample import Sample, SkipLog, check_on_error, resolve_in_root
+from .sample import Sample, SkipLog, check_on_error
 
 QUESTION_TYPES = ("structure", "data", "reasoning")
 
@@ -36,6 +36,7 @@ class DVQADataset(JsonRecordSamples):
     def __init__(self, path: Path, root: Path, split: str):
         super().__init__(path, SkipLog("dvqa"))
         self.root, self.split = root, split
+        self.image_dir = root / "images"
 
     def _fields(self, obj, where):
         image = require(obj, "image", str, where)
@@ -47,8 +48,8 @@ class DVQADataset(JsonRecordSamples):
         bbox = obj.get("answer_bbox", obj.get("bbox_answer"))
         return image, question, answer, template_id, question_id, qtype, bbox
 
-    def _image_path(self, fields, where):
-        return resolve_in_root(self.root / "images", fields[0], record=where, source="dvqa")
+    def _image_ref(self, fields):
+        return self.image_dir, fields[0]
 
     def _sample(self, fields, record_no, image):
         name, question, answer, template_id, question_id, qtype, bbox = fields

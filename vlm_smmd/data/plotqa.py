@@ -185,11 +185,21 @@ def iter_json_array(path, key: str | None = None, *, chunk_bytes: int | None = N
 
 
 class ImageChecker:
-    """Checks each distinct image once: exists (always) and PIL `verify()` passes (when `verify`)."""
+    """Resolves image paths inside their root and checks each distinct image once: it exists (always)
+    and PIL `verify()` passes (when `verify`). Resolution is cached per name: many records share an image."""
 
     def __init__(self, verify: bool = False):
         self.verify = verify
         self._seen: dict[Path, str | None] = {}
+        self._paths: dict[tuple[Path, str], Path] = {}
+
+    def resolve(self, folder: Path, relative: str, where: str, source: str) -> Path:
+        """`folder/relative`, DataError if it leaves `folder` (escapes are not cached: they raise each time)."""
+        key = (folder, relative)
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = resolve_in_root(folder, relative, record=where, source=source)
+        return path
 
     def check(self, path: Path, where: str) -> None:
         """Raise DataError ('image missing' / 'unreadable image') naming the image and `where`."""
@@ -239,7 +249,7 @@ class JsonRecordSamples(Sequence):
     """Samples backed by byte ranges of one JSON file; a record is parsed again on each access.
 
     Subclasses define `_fields(obj, where)` (validate a record -> tuple, DataError if malformed),
-    `_image_path(fields, where)` and `_sample(fields, record_no)`.
+    `_image_ref(fields) -> (folder, relative name)` and `_sample(fields, record_no, image_path)`.
     """
 
     source = "json"
@@ -258,7 +268,8 @@ class JsonRecordSamples(Sequence):
                 if not isinstance(obj, dict):
                     raise DataError(f"{where}: malformed record: expected an object, got {type(obj).__name__}")
                 fields = self._fields(obj, where)
-                checker.check(self._image_path(fields, where), where)
+                folder, relative = self._image_ref(fields)
+                checker.check(checker.resolve(folder, relative, where, self.source), where)
             except DataError as e:
                 if on_error == "raise":
                     raise
@@ -296,12 +307,13 @@ class JsonRecordSamples(Sequence):
         record_no = self.record_number(i)
         where = f"record #{record_no} in {self.path}"
         fields = self._fields(obj, where)
-        return self._sample(fields, record_no, self._image_path(fields, where))
+        folder, relative = self._image_ref(fields)
+        return self._sample(fields, record_no, folder / relative)  # confined to folder: checked by _scan
 
     def _fields(self, obj: dict, where: str) -> tuple:
         raise NotImplementedError
 
-    def _image_path(self, fields: tuple, where: str) -> Path:
+    def _image_ref(self, fields: tuple) -> tuple[Path, str]:
         raise NotImplementedError
 
     def _sample(self, fields: tuple, record_no: int, image: Path) -> Sample:
@@ -324,6 +336,7 @@ class PlotQADataset(JsonRecordSamples):
     def __init__(self, path: Path, root: Path, split: str, round_digits: int | None):
         super().__init__(path, SkipLog("plotqa"))
         self.root, self.split, self.round_digits = root, split, round_digits
+        self.image_dir = root / split / "png"
 
     def _fields(self, obj, where):
         image_index = require(obj, "image_index", (int, str), where)
@@ -335,8 +348,8 @@ class PlotQADataset(JsonRecordSamples):
         question_id = require(obj, "question_id", (int, str), where, optional=True)
         return image_index, question, answer, raw, template, qtype, question_id
 
-    def _image_path(self, fields, where):
-        return resolve_in_root(self.root / self.split / "png", f"{fields[0]}.png", record=where, source="plotqa")
+    def _image_ref(self, fields):
+        return self.image_dir, f"{fields[0]}.png"
 
     def _sample(self, fields, record_no, image):
         image_index, question, answer, raw, template, qtype, question_id = fields
