@@ -118,7 +118,7 @@ def _parquet(path, rows, row_group_size=2):
                         ("query", pa.string()), ("label", pa.list_(pa.string())),
                         ("human_or_machine", pa.int64())], metadata=_HF_META)
     table = pa.table({
-        "image": [{"bytes": r[0], "path": None} for r in rows],
+        "image": [None if r[0] == "no struct" else {"bytes": r[0], "path": None} for r in rows],
         "query": [r[1] for r in rows], "label": [r[2] for r in rows], "human_or_machine": [r[3] for r in rows],
     }, schema=schema)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,7 +150,7 @@ def test_parquet_layout(tmp_path):
 
 def test_parquet_null_and_unreadable_images(tmp_path):
     rows = [(_png_bytes(0), "ok", ["1"], 0), (None, "null", ["2"], 0), (b"garbage", "bad", ["3"], 1),
-            (_png_bytes(1), "ok2", ["4"], 1)]
+            (_png_bytes(1), "ok2", ["4"], 1), ("no struct", "none", ["5"], 0)]
     path = tmp_path / "data" / "val-00000-of-00001.parquet"
     _parquet(path, rows)
     with pytest.raises(DataError, match=r"image missing.*row 1 of .*val-00000") as e:
@@ -158,13 +158,13 @@ def test_parquet_null_and_unreadable_images(tmp_path):
     assert str(path) in str(e.value)
     with pytest.warns(UserWarning):
         ds = read_chartqa(tmp_path, "val", on_error="skip")
-    assert [s.question for s in ds] == ["ok", "bad", "ok2"] and ds.skip_log.counts == {"image missing": 1}
+    assert [s.question for s in ds] == ["ok", "bad", "ok2"] and ds.skip_log.counts == {"image missing": 2}
     with pytest.raises(DataError, match="unreadable image"):
         ds[1].load_image()  # found on use without verify_images
     with pytest.warns(UserWarning):
         ds = read_chartqa(tmp_path, "val", on_error="skip", verify_images=True)
     assert [s.question for s in ds] == ["ok", "ok2"]
-    assert ds.skip_log.counts == {"image missing": 1, "unreadable image": 1}
+    assert ds.skip_log.counts == {"image missing": 2, "unreadable image": 1}
 
 
 def test_parquet_truncated_image_fails_on_load_with_the_record(tmp_path):

@@ -117,6 +117,12 @@ class EncodedImageSample(Sample):
             raise DataError(f"{self.origin}: unreadable image (record {self.id!r} of {self.source}): {e}") from None
 
 
+def _bytes_field(table):
+    """The image.bytes column as one array, null where the bytes or the whole image struct are null."""
+    image = table.column("image")
+    return image.flatten()[image.type.get_field_index("bytes")].combine_chunks()
+
+
 def _class_names(schema, column: str) -> list[str]:
     """ClassLabel names that `datasets` stores in the parquet schema metadata (default human, machine)."""
     try:
@@ -206,7 +212,7 @@ class ChartQAParquet(Sequence):
             stats = meta.column(leaf).statistics if leaf is not None else None
             clean = stats is not None and stats.has_null_count and stats.null_count == 0
             if verify or not clean:
-                images = pf.read_row_group(rg, columns=["image"]).column("image").combine_chunks().field("bytes")
+                images = _bytes_field(pf.read_row_group(rg, columns=["image"]))
                 for k, data in enumerate(images.to_pylist()):
                     if data is None:
                         problems[start + k] = "image missing (null bytes)"
@@ -239,7 +245,7 @@ class ChartQAParquet(Sequence):
         column = self._cache.get((fi, rg))
         if column is None:
             table = pq.ParquetFile(self.files[fi], memory_map=True).read_row_group(rg, columns=["image"])
-            column = table.column("image").combine_chunks().field("bytes")
+            column = _bytes_field(table)
             if len(self._cache) >= 2:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[(fi, rg)] = column

@@ -301,11 +301,14 @@ class JsonRecordSamples(Sequence):
             i += n
         if not 0 <= i < n:
             raise IndexError(f"index {i} out of range for {n} records")
-        with open(self.path, "rb") as f:
-            f.seek(self._starts[i])
-            obj = json.loads(f.read(self._lengths[i]))
         record_no = self.record_number(i)
         where = f"record #{record_no} in {self.path}"
+        with open(self.path, "rb") as f:
+            f.seek(self._starts[i])
+            try:
+                obj = json.loads(f.read(self._lengths[i]))
+            except ValueError:
+                raise DataError(f"{where}: no longer valid JSON (was the file changed after reading?)") from None
         fields = self._fields(obj, where)
         folder, relative = self._image_ref(fields)
         return self._sample(fields, record_no, folder / relative)  # confined to folder: checked by _scan
