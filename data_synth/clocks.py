@@ -499,13 +499,17 @@ def _colorize(mask: Image.Image, c1: Color, c2: Color) -> Image.Image:
     return pal.convert("RGB")
 
 
-def _fill(kind: str, c1: Color, c2: Color, size: int, rng: random.Random, box=None) -> Image.Image:
-    """RGB fill of a `size`-px square canvas, or of its `box` (x0, y0, x1, y1): plain, gradient, noise
-    or texture between colours c1 and c2."""
-    box = box or (0, 0, size, size)
-    w, h = box[2] - box[0], box[3] - box[1]
+def _fill(kind: str, c1: Color, c2: Color, size: int, rng: random.Random, box=None, scale: int = 1
+          ) -> Image.Image:
+    """RGB fill (plain, gradient, noise or texture between colours c1 and c2) of a square canvas of
+    `size * scale` px, or of its `box` (x0, y0, x1, y1). Made at `size` px and enlarged by pixel
+    repetition, so the supersampled canvas reduces back to exactly the `size`-px fill at a quarter of the cost."""
+    big = size * scale
+    x0, y0, x1, y1 = box or (0, 0, big, big)
     if kind == "plain":
-        return Image.new("RGB", (w, h), c1)
+        return Image.new("RGB", (x1 - x0, y1 - y0), c1)
+    b0, b1 = (x0 // scale, y0 // scale), (-(-x1 // scale), -(-y1 // scale))  # the box at `size` px
+    w, h = b1[0] - b0[0], b1[1] - b0[1]
     if kind == "gradient":
         n = 32
         yy, xx = np.mgrid[0:n, 0:n].astype(np.float32) / (n - 1) - 0.5
@@ -516,14 +520,20 @@ def _fill(kind: str, c1: Color, c2: Color, size: int, rng: random.Random, box=No
             t = np.hypot(xx - rng.uniform(-0.4, 0.4), yy - rng.uniform(-0.4, 0.4))
         t = (t - t.min()) / max(1e-6, float(t.max() - t.min()))
         small = Image.fromarray((t * 255).astype(np.uint8), "L")
-        scale = size / n  # resize the whole canvas' gradient, restricted to the box
+        k = size / n  # the whole canvas' gradient, restricted to the box
         mask = small.resize((w, h), Image.Resampling.BILINEAR,
-                            box=(box[0] / scale, box[1] / scale, box[2] / scale, box[3] / scale))
+                            box=(b0[0] / k, b0[1] / k, b1[0] / k, b1[1] / k))
     else:
         pattern = _pattern(kind, rng.randrange(4), size)
         dx, dy = rng.randrange(pattern.width - size + 1), rng.randrange(pattern.height - size + 1)
-        mask = pattern.crop((box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy))
-    return _colorize(mask, c1, c2)
+        mask = pattern.crop((b0[0] + dx, b0[1] + dy, b1[0] + dx, b1[1] + dy))
+    img = _colorize(mask, c1, c2)
+    if scale > 1:
+        img = img.resize((w * scale, h * scale), Image.Resampling.NEAREST)
+        ox, oy = x0 - b0[0] * scale, y0 - b0[1] * scale
+        if (ox, oy, x1 - x0, y1 - y0) != (0, 0, w * scale, h * scale):
+            img = img.crop((ox, oy, ox + x1 - x0, oy + y1 - y0))
+    return img
 
 
 @lru_cache(maxsize=1)
@@ -573,7 +583,7 @@ def render_clock(hour: int, minute: int, second: int | None = None, *, size: int
     cx = cy = big / 2
     rot = st.dial_rotation
 
-    img = _fill(st.background, st.background_color, st.background_color2, big, rng)
+    img = _fill(st.background, st.background_color, st.background_color2, size, rng, scale=ss)
     cv = _Canvas(img, st.perspective_x, st.perspective_y)
     outer = st.face_radius * big / 2
     radius = outer * (1 - st.border_width)  # dial radius inside the border: the unit of all lengths
@@ -585,7 +595,7 @@ def render_clock(hour: int, minute: int, second: int | None = None, *, size: int
         pts = cv.map(_shape_points(st.face_shape, cx, cy, radius, rot))
         x0, y0 = max(0, math.floor(min(x for x, _ in pts))), max(0, math.floor(min(y for _, y in pts)))
         x1, y1 = min(big, math.ceil(max(x for x, _ in pts)) + 1), min(big, math.ceil(max(y for _, y in pts)) + 1)
-        face = _fill(st.face_fill, st.face_color, st.face_color2, big, rng, (x0, y0, x1, y1))
+        face = _fill(st.face_fill, st.face_color, st.face_color2, size, rng, (x0, y0, x1, y1), ss)
         mask = Image.new("1", face.size, 0)  # a binary mask pastes fast; the reduce anti-aliases the edge
         ImageDraw.Draw(mask).polygon([(x - x0, y - y0) for x, y in pts], fill=1)
         img.paste(face, (x0, y0), mask)

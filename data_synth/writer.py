@@ -137,6 +137,9 @@ class _Plan:
         if self.times is not None:
             self.cum = np.cumsum([w for *_, w in self.times]).tolist()
         counts = split_counts(cfg["num"], cfg["splits"])
+        empty = [name for name, n in counts.items() if n == 0]
+        if empty:
+            raise ValueError(f"splits: {', '.join(empty)} would get no image of {cfg['num']}; raise num")
         self.bounds, start = [], 0
         for name, n in counts.items():
             self.bounds.append((start, start + n, name))
@@ -401,10 +404,26 @@ def _style_value(key: str, text: str):
         raise ValueError(f"--style {key}={text!r}: expected {'#rrggbb or r,g,b' if kind == 'Color' else kind}") from None
 
 
+def _style_help() -> str:
+    parts = []
+    for f in fields(ClockStyle):
+        if f.type == "Color":
+            what = "#rrggbb or r,g,b"
+        elif "choices" in f.metadata:
+            what = "|".join(f.metadata["choices"])
+        elif "range" in f.metadata:
+            what = "{}..{}".format(*f.metadata["range"])
+        else:
+            what = "true|false" if f.type == "bool" else f"font name or .ttf path ({', '.join(font_names())})"
+        parts.append(f"  {f.name:<20} {what}")
+    return "style attributes (--style KEY=VALUE; lengths and widths are fractions of the dial radius):\n" + \
+        "\n".join(parts)
+
+
 def clocks_main(argv: list[str] | None = None) -> int:
     """`data-synth clocks --num N --seed S --out DIR [options]`."""
     p = argparse.ArgumentParser(
-        prog="data-synth clocks",
+        prog="data-synth clocks", epilog=_style_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Render an analog-clock dataset: a Hugging Face imagefolder per split (images + metadata.jsonl).")
     p.add_argument("--num", type=int, required=True, help="number of images (all splits)")
     p.add_argument("--seed", type=int, default=0)
@@ -444,5 +463,7 @@ def clocks_main(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError) as e:
         print(f"data-synth clocks: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
     print(f"wrote {args.num} clocks to {out}")
     return 0

@@ -127,11 +127,11 @@ def test_interrupted_write_leaves_no_dataset_and_resume_completes_it(tmp_path, m
 
 
 def test_existing_output_needs_overwrite(tmp_path):
-    out = write_clock_dataset(tmp_path / "o", 4, seed=0, **SMALL)
+    out = write_clock_dataset(tmp_path / "o", 10, seed=0, **SMALL)
     with pytest.raises(FileExistsError, match="overwrite"):
-        write_clock_dataset(out, 4, seed=0, **SMALL)
-    write_clock_dataset(out, 6, seed=1, overwrite=True, **SMALL)
-    assert len(rows(out, "train")) + len(rows(out, "test")) == 6
+        write_clock_dataset(out, 10, seed=0, **SMALL)
+    write_clock_dataset(out, 12, seed=1, overwrite=True, **SMALL)
+    assert len(rows(out, "train")) + len(rows(out, "test")) == 12
     assert not list(tmp_path.glob(".o.*"))
 
 
@@ -154,10 +154,10 @@ def test_time_distribution_file_and_question_phrasings(tmp_path):
     (dict(splits="train=1,train=0"), "train"), (dict(answer_format="hh:mm:ss"), "answer_format"),
     (dict(style={"numerals": "greek"}), "numerals"), (dict(style={"shade": 1}), "shade"),
     (dict(style={"second_hand": True}), "second_hand"), (dict(workers=0), "workers"),
-    (dict(answer_format="24h", style={"am_pm": False}), "am_pm"),
+    (dict(answer_format="24h", style={"am_pm": False}), "am_pm"), (dict(num=1), "test would get no image"),
 ])
 def test_bad_arguments_raise(tmp_path, kwargs, match):
-    args = dict(num=4, **SMALL) | kwargs
+    args = dict(num=10, **SMALL) | kwargs
     with pytest.raises(ValueError, match=match):
         write_clock_dataset(tmp_path / "x", args.pop("num"), **args)
     assert not list(tmp_path.iterdir())
