@@ -311,7 +311,10 @@ def random_style(rng: random.Random, overrides: dict | None = None, fonts: tuple
     put("numeral_color", ink)
     put("hand_tip", _pick(rng, ("plain", "tapered", "arrow"), (4, 3.5, 2.5)))
     put("hand_tail", r2(maybe(0.4, lambda: rng.uniform(0.08, 0.22))))
-    minute = put("minute_hand_length", r2(rng.uniform(0.68, 0.9)))
+    minute = rng.uniform(0.68, 0.9)
+    if "hour_hand_length" in fixed and "minute_hand_length" not in fixed:  # keep a fixed hour hand shorter
+        minute = max(minute, min(1.1, fixed["hour_hand_length"] + 0.1))
+    minute = put("minute_hand_length", r2(minute))
     put("hour_hand_length", r2(minute * rng.uniform(0.55, 0.75)))
     put("hour_hand_width", r2(rng.uniform(0.04, 0.09)))
     put("minute_hand_width", r2(rng.uniform(0.025, 0.055)))
@@ -330,8 +333,12 @@ def random_style(rng: random.Random, overrides: dict | None = None, fonts: tuple
     put("dial_rotation", round(maybe(0.5, lambda: rng.uniform(-8.0, 8.0)), 2))
     px, py = maybe(0.4, lambda: rng.uniform(-0.1, 0.1)), maybe(0.4, lambda: rng.uniform(-0.1, 0.1))
     px, py = put("perspective_x", r2(px)), put("perspective_y", r2(py))
-    # keep the whole dial in view when the warp magnifies it
-    put("face_radius", r2(rng.uniform(0.78, 0.95) if px == 0 and py == 0 else rng.uniform(0.72, 0.85)))
+    # keep the whole dial in view when the warp magnifies it or a square face is turned
+    radius = rng.uniform(0.78, 0.95) if px == 0 and py == 0 else rng.uniform(0.72, 0.85)
+    if s["face_shape"] != "round":
+        turn = math.radians(abs(s["dial_rotation"]) % 90)
+        radius = min(radius, 0.97 / (math.cos(turn) + math.sin(turn)))
+    put("face_radius", r2(radius))
     put("blur", r2(maybe(0.25, lambda: rng.uniform(0.3, 1.2))))
     put("noise", r2(maybe(0.15, lambda: rng.uniform(2.0, 8.0))))
     put("jpeg_quality", maybe(0.2, lambda: rng.randint(25, 90)))
