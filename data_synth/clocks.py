@@ -220,7 +220,13 @@ def _font_path(name: str) -> str | None:
 def _font(name: str, px: int) -> ImageFont.FreeTypeFont:
     path = _font_path(name)
     if path is None:
-        return ImageFont.load_default(size=px)  # Pillow >= 10.1 with FreeType
+        try:
+            return ImageFont.load_default(size=px)  # Pillow >= 10.1 with FreeType
+        except (TypeError, ImportError):  # older Pillow: a scalable font from matplotlib instead
+            path = _font_path(_builtin_fonts()[1]) if len(_builtin_fonts()) > 1 else None
+            if path is None:
+                raise ValueError("PIL's default font cannot be scaled here (Pillow < 10.1?) and matplotlib's "
+                                 "fonts are missing; set style.numeral_font to a .ttf file") from None
     return ImageFont.truetype(path, px)
 
 

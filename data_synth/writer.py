@@ -264,36 +264,31 @@ def write_clock_dataset(out, num: int, seed: int = 0, *, size: int = 448,
 
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=num, initial=num - len(todo), desc=f"clocks -> {out.name}", unit="img", disable=not progress,
-               smoothing=0.05)
-    log = open(tmp / "progress.jsonl", "a", encoding="utf-8")
-    try:
-        if workers == 1:
-            for i in todo:
-                line = _render_item(plan, i, tmp)
-                log.write(line + "\n")
-                done[i] = line
-                bar.update(1)
-        else:
-            import multiprocessing as mp
+    with open(tmp / "progress.jsonl", "a", encoding="utf-8") as log, \
+            tqdm(total=num, initial=num - len(todo), desc=f"clocks -> {out.name}", unit="img",
+                 disable=not progress, smoothing=0.05) as bar:
+        try:
+            if workers == 1:
+                for i in todo:
+                    done[i] = _render_item(plan, i, tmp)
+                    log.write(done[i] + "\n")
+                    bar.update(1)
+            else:
+                import multiprocessing as mp
 
-            chunk = max(1, min(64, len(todo) // (workers * 8) or 1))
-            tasks = [(str(tmp), todo[k:k + chunk]) for k in range(0, len(todo), chunk)]
-            with mp.get_context("spawn").Pool(workers, _worker_init, (cfg,)) as pool:
-                for lines in pool.imap(_worker_run, tasks):
-                    for line in lines:
-                        log.write(line + "\n")
-                        done[json.loads(line)["index"]] = line
-                    log.flush()
-                    bar.update(len(lines))
-    except BaseException:
-        log.close()
-        bar.close()
-        print(f"data-synth clocks: interrupted with {len(done)} of {num} images done; the partial dataset "
-              f"is in {tmp}; rerun with --resume to finish it", file=sys.stderr)
-        raise
-    log.close()
-    bar.close()
+                chunk = max(1, min(64, len(todo) // (workers * 8)))
+                tasks = [(str(tmp), todo[k:k + chunk]) for k in range(0, len(todo), chunk)]
+                with mp.get_context("spawn").Pool(workers, _worker_init, (cfg,)) as pool:
+                    for (_, indices), lines in zip(tasks, pool.imap(_worker_run, tasks)):
+                        for i, line in zip(indices, lines):
+                            done[i] = line
+                            log.write(line + "\n")
+                        log.flush()
+                        bar.update(len(lines))
+        except BaseException:
+            print(f"data-synth clocks: interrupted with {len(done)} of {num} images done; the partial dataset "
+                  f"is in {tmp}; rerun with --resume to finish it", file=sys.stderr)
+            raise
 
     for lo, hi, name in plan.bounds:
         (tmp / name).mkdir(exist_ok=True)
