@@ -1,0 +1,246 @@
+"""`vlm-smmd compare`: variant plan, per-run figures, aggregation over seeds, results files, resume."""
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlm_smmd.analysis import analyze_records
+from vlm_smmd.compare import (
+    Status,
+    Variant,
+    clock_place_accuracy,
+    main,
+    plan_variants,
+    run_metrics,
+    spread,
+    variant_overrides,
+    write_results,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "configs" / "tiny_cpu_clock.yaml"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def rec(i, prediction, target, source="clocks"):
+    return {"id": str(i), "source": source, "question": "q", "prediction": prediction, "target": target,
+            "targets": [target]}
+
+
+def test_plan_variants_and_overrides(tmp_path):
+    variants = plan_variants(["none", "smmd"], ["random", "shuffled"], [0, 1])
+    assert [v.name for v in variants] == [
+        "none-seed0", "smmd-seed0", "smmd-random-seed0", "smmd-shuffled-seed0",
+        "none-seed1", "smmd-seed1", "smmd-random-seed1", "smmd-shuffled-seed1"]
+    assert variants[2] == Variant("smmd-random", "smmd", "random", 0)
+    assert variants[7] == Variant("smmd-shuffled", "smmd", "shuffled", 1)
+
+    base = {"max_steps": 5, "kernel_seed": 99}
+    o = variant_overrides(base, variants[5], tmp_path / "r", base_kernel_seed=42)
+    assert o == {"max_steps": 5, "kernel_seed": 99, "aux": "smmd", "kernel_mode": "value_distance", "seed": 1,
+                 "output_dir": str(tmp_path / "r" / "model")}
+    # a control kernel is drawn per seed: kernel_seed = base + seed
+    o = variant_overrides(base, variants[6], tmp_path / "r", base_kernel_seed=42)
+    assert (o["kernel_mode"], o["kernel_seed"], o["seed"]) == ("random", 43, 1)
+    assert base == {"max_steps": 5, "kernel_seed": 99}  # not mutated
+
+
+def test_clock_place_accuracy():
+    records = [
+        rec(0, "3:05", "3:15"),    # minute tens wrong
+        rec(1, "0:05", "12:05"),   # 12-hour dial: 0 o'clock is 12, all right
+        rec(2, "1:07", "10:07"),   # hour tens missing, hour units 1 vs 0
+        rec(3, "no idea", "4:20"),  # no time: left out (counted as no_time by the analysis)
+        rec(4, "11:59", "11:58"),  # minute units wrong
+        rec(5, "7", "7.5", source="chartqa"),  # not a clock record
+    ]
+    acc = clock_place_accuracy(records)
+    assert list(acc) == ["hour tens", "hour units", "minute tens", "minute units"]
+    assert (acc["hour tens"]["correct"], acc["hour tens"]["total"]) == (2, 3)     # targets 12, 10, 11
+    assert (acc["hour units"]["correct"], acc["hour units"]["total"]) == (3, 4)   # 3, 2, 0!=1, 1
+    assert (acc["minute tens"]["correct"], acc["minute tens"]["total"]) == (3, 4)
+    assert (acc["minute units"]["correct"], acc["minute units"]["total"]) == (3, 4)
+    assert acc["hour tens"]["accuracy"] == pytest.approx(2 / 3)
+
+
+def test_spread_matches_hand_computation():
+    s = spread([0.5, None, 0.75, 1.0])
+    mean = (0.5 + 0.75 + 1.0) / 3
+    std = math.sqrt(sum((x - mean) ** 2 for x in (0.5, 0.75, 1.0)) / 2)
+    assert s == {"n": 3, "mean": pytest.approx(mean), "std": pytest.approx(std), "min": 0.5, "max": 1.0}
+    assert spread([0.25])["std"] is None and spread([0.25])["mean"] == 0.25
+    assert spread([None]) == {"n": 0, "mean": None, "std": None, "min": None, "max": None}
+
+
+def test_run_metrics_numbers_and_mixture():
+    records = [
+        rec(0, "12", "12", "chartqa"),       # exact
+        rec(1, "10.4", "10", "chartqa"),     # relaxed only (4%), rel err 0.04
+        rec(2, "25", "20", "plotqa"),        # rel err 0.25; units wrong
+        rec(3, "many", "30", "dvqa"),        # non-numeric prediction
+        rec(4, "3:00", "3:00"),              # a clock record: not numeric, not chart
+    ]
+    m = run_metrics(analyze_records(records), records)
+    assert m["records"] == 5
+    assert m["exact_match"] == pytest.approx(2 / 5)
+    assert m["relaxed_accuracy"] == pytest.approx(2 / 4)  # over the 4 chart records only
+    assert m["mean_relative_error"] == pytest.approx((0 + 0.04 + 0.25) / 3)
+    assert m["non_numeric_rate"] == pytest.approx(1 / 4)
+    # tens: 1/1/2 all right; units: 2/0/0 -> right, right, wrong (5 vs 0)
+    assert m["digit_acc_tens"] == 1.0 and m["digit_acc_units"] == pytest.approx(2 / 3)
+    assert m["digit_acc_tenths"] is None  # only in the prediction ("extra"), no target digit there
+    assert m["clock_exact"] == 1.0 and m["mean_time_gap_min"] == 0.0
+    assert m["digit_acc_hour_units"] == 1.0 and m["digit_acc_minute_tens"] == 1.0
+
+
+def plant_run(out, variant, predictions, targets):
+    """A finished run as compare leaves it: predictions.jsonl and done.json."""
+    run_dir = out / "runs" / variant.name
+    run_dir.mkdir(parents=True)
+    records = [rec(i, p, t) for i, (p, t) in enumerate(zip(predictions, targets))]
+    (run_dir / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    figures = run_metrics(analyze_records(records), records)
+    (run_dir / "done.json").write_text(json.dumps({"variant": variant.name, "figures": figures}))
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_write_results_aggregates_seeds_and_reports_failures(tmp_path):
+    variants = plan_variants(["none", "smmd"], ["random"], [0, 1])
+    targets = ["3:15", "10:07", "6:30", "12:45"]
+    plant_run(tmp_path, variants[0], ["3:15", "10:07", "6:35", "1:45"], targets)   # none-seed0: 2/4 exact
+    plant_run(tmp_path, variants[1], ["3:15", "10:07", "6:30", "12:40"], targets)  # smmd-seed0: 3/4
+    plant_run(tmp_path, variants[3], ["3:15", "1:07", "6:30", "12:45"], targets)   # none-seed1: 3/4
+    plant_run(tmp_path, variants[4], ["3:15", "10:07", "6:30", "12:45"], targets)  # smmd-seed1: 4/4
+    plant_run(tmp_path, variants[2], ["x", "x", "x", "x"], targets)                # smmd-random-seed0
+    status = Status(tmp_path / "status.json", [v.name for v in variants])
+    for v in variants[:5]:
+        status.set(v.name, status="done", seconds=1.0)
+    status.set(variants[5].name, status="failed", error="training exited with status 1: KeyError: 'x'")
+    settings = {"config": "c.yaml", "config_sha256": "0" * 64, "overrides": {"max_steps": 2},
+                "eval": {"split": "test", "limit": None, "data": [["clocks", "/d"]], "max_new_tokens": 8}}
+
+    paths = write_results(tmp_path, variants, status, settings)
+
+    rows = {r["group"]: r for r in read_csv(paths["results_csv"])}
+    assert list(rows) == ["none", "smmd", "smmd-random"]
+    none, smmd, control = rows["none"], rows["smmd"], rows["smmd-random"]
+    assert float(none["exact_match_mean"]) == pytest.approx(0.625)
+    assert float(none["exact_match_std"]) == pytest.approx(math.sqrt(2 * 0.125 ** 2))
+    assert (none["exact_match_min"], none["exact_match_max"], none["exact_match_n"]) == ("0.5", "0.75", "2")
+    assert float(smmd["exact_match_mean"]) == pytest.approx(0.875)
+    # mean time gap: none-seed0 gaps (0, 0, 5, 60) -> 16.25; none-seed1 (0, 1:07 vs 10:07 = 3 h round the
+    # 12-hour dial, 0, 0) -> 45
+    assert float(none["mean_time_gap_min_mean"]) == pytest.approx((16.25 + 45) / 2)
+    # hour units over seeds: none-seed0 3/4 (1 vs 2), none-seed1 3/4 (1 vs 0 for 10:07)
+    assert float(none["digit_acc_hour_units_mean"]) == pytest.approx(0.75)
+    assert (control["status"], control["done"], control["failed"]) == ("1 failed", "1", "1")
+    assert control["exact_match_n"] == "1" and control["exact_match_std"] == ""
+    assert float(control["no_time_rate_mean"]) == 1.0 and control["mean_time_gap_min_n"] == "0"
+
+    runs = {r["run"]: r for r in read_csv(paths["runs_csv"])}
+    assert runs["smmd-random-seed1"]["status"] == "failed" and runs["smmd-random-seed1"]["exact_match"] == ""
+    assert float(runs["none-seed1"]["exact_match"]) == 0.75
+
+    md = paths["results_md"].read_text()
+    assert "| none | 2/2 | 0.625 ± 0.177 |" in md
+    assert "smmd-random (1 failed) | 1/2" in md
+    assert "## Failed runs" in md and "KeyError: 'x'" in md and "runs/smmd-random-seed1/error.txt" in md
+    assert [p.name for p in paths["plots"]] == ["main_metric.png", "digit_accuracy.png"]
+    for p in paths["plots"]:
+        assert p.read_bytes().startswith(PNG)
+    assert paths["report"] == tmp_path / "analysis" / "report.md"
+    analysis = json.loads((tmp_path / "analysis" / "analysis.json").read_text())
+    assert analysis["runs"]["none"]["records"] == 8  # both seeds pooled
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seed", "3"], "--seed is set per variant by compare; use --seeds"),
+    (["--aux", "none,smd"], "--aux: unknown 'smd'"),
+    (["--seeds", "0,0"], "--seeds: expected distinct integers"),
+    (["--max_stpes", "3"], "unknown config key 'max_stpes'"),
+    (["--kernel-controls", "permuted"], "--kernel-controls: unknown 'permuted'"),
+])
+def test_bad_arguments_fail_before_any_run(argv, message, tmp_path, capsys):
+    assert main([str(CONFIG), "--out", str(tmp_path / "out"), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_rerun_with_other_settings_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "compare.json").write_text(json.dumps({"config": str(CONFIG), "overrides": {"max_steps": 1}}))
+    assert main([str(CONFIG), "--out", str(out), "--max_steps", "2", "--data_root", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert "other settings" in err and "overrides" in err
+    assert not (tmp_path / "d").exists()  # refused before rendering any data
+
+
+# ---------------------------------------------------------------------------------------------------------
+# End to end on the tiny CPU clock setting: 2 steps, 16 synthesised 64 px clocks, 2 eval samples
+
+
+@pytest.mark.slow
+def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
+    out, data = tmp_path / "out", tmp_path / "clocks"
+    argv = [str(CONFIG), "--aux", "none,smmd", "--kernel-controls", "", "--seeds", "0", "--out", str(out),
+            "--eval-limit", "2", "--eval-batch-size", "2", "--max-new-tokens", "4",
+            "--data_root", str(data), "--synthesize_num", "16", "--synthesize_size", "64", "--max_steps", "2",
+            "--per_device_train_batch_size", "2", "--max_eval_samples", "2", "--logging_steps", "1",
+            "--disable_tqdm", "true", "--dataloader_num_workers", "0"]
+    # make smmd-seed0 fail: a file where its training output folder must go
+    blocker = out / "runs" / "smmd-seed0" / "model"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("in the way")
+
+    assert main(argv) == 1
+    printed = capsys.readouterr()
+    assert "[1/2] none-seed0: done in" in printed.out and "[2/2] smmd-seed0: FAILED" in printed.out
+    assert "rerun the same command to retry" in printed.err
+    status = json.loads((out / "status.json").read_text())["variants"]
+    assert status["none-seed0"]["status"] == "done" and status["smmd-seed0"]["status"] == "failed"
+    assert "FileExistsError" in status["smmd-seed0"]["error"]
+    assert "FileExistsError" in (out / "runs" / "smmd-seed0" / "error.txt").read_text()
+    rows = {r["group"]: r for r in read_csv(out / "results.csv")}
+    assert rows["smmd"]["status"] == "failed" and rows["smmd"]["exact_match_mean"] == ""
+    assert "## Failed runs" in (out / "results.md").read_text()
+
+    # the finished run: its figures are those of its own predictions; weights dropped, config kept
+    none_dir = out / "runs" / "none-seed0"
+    records = [json.loads(line) for line in (none_dir / "predictions.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    em = sum(r["scores"]["exact_match"] for r in records) / len(records)
+    assert float(rows["none"]["exact_match_mean"]) == pytest.approx(em)
+    assert (none_dir / "model" / "config.json").is_file()
+    assert not list((none_dir / "model").glob("*.safetensors"))
+    assert (none_dir / "analysis" / "report.md").is_file()
+    finished = {p: p.stat().st_mtime_ns for p in (none_dir / "predictions.jsonl", none_dir / "log.txt",
+                                                   none_dir / "done.json")}
+
+    # rerun: none-seed0 is skipped, smmd-seed0 retried (here through --launcher, the torchrun path)
+    blocker.unlink()
+    assert main(argv + ["--launcher", sys.executable]) == 0
+    printed = capsys.readouterr().out
+    assert "[1/2] none-seed0: done earlier, skipped" in printed and "[2/2] smmd-seed0: done in" in printed
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished
+    smmd_dir = out / "runs" / "smmd-seed0"
+    assert not (smmd_dir / "error.txt").exists()
+    assert "-m vlm_smmd.cli train" in (smmd_dir / "log.txt").read_text()
+    assert "'aux': '" in (smmd_dir / "log.txt").read_text()  # the training loop logged CE / aux parts
+    status = json.loads((out / "status.json").read_text())["variants"]
+    assert {k: v["status"] for k, v in status.items()} == {"none-seed0": "done", "smmd-seed0": "done"}
+    assert "error" not in status["smmd-seed0"]
+    rows = {r["group"]: r for r in read_csv(out / "results.csv")}
+    assert [rows[g]["status"] for g in ("none", "smmd")] == ["ok", "ok"]
+    md = (out / "results.md").read_text()
+    assert "| none | 1/1 |" in md and "| smmd | 1/1 |" in md and "Failed runs" not in md
+    assert (out / "plots" / "main_metric.png").read_bytes().startswith(PNG)
+    assert (out / "analysis" / "report.md").is_file()
