@@ -50,7 +50,7 @@ TINY_TEXT_CONFIG = dict(
     vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
-    bos_token_id=151643, eos_token_id=151645, pad_token_id=151643,
+    bos_token_id=151643, eos_token_id=151645,  # no pad id: real checkpoints have none, and ZeRO-3 init trips on it
 )
 TINY_VISION_CONFIG = dict(
     depth=2, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=14, spatial_merge_size=2,

@@ -124,7 +124,10 @@ def read_split(data_args, split: str):
     if data_args.dataset == "mixture":
         from .data.mixture import MixtureDataset
 
-        return MixtureDataset.from_spec(json.loads(data_args.mixture), split=split, on_error=data_args.on_error)
+        # entries may name their training split; evaluation reads eval_split of every source
+        spec = [entry if "split" in entry and split != data_args.eval_split else {**entry, "split": split}
+                for entry in json.loads(data_args.mixture)]
+        return MixtureDataset.from_spec(spec, seed=data_args.synthesize_seed, on_error=data_args.on_error)
     reader = getattr(data, f"read_{data_args.dataset}")
     return reader(data_args.data_root, split, on_error=data_args.on_error)
 
@@ -166,12 +169,25 @@ def ensure_single_process_env() -> None:
         os.environ.setdefault(key, value)
 
 
+def connect_deepspeed_comm(train_args) -> None:
+    """On CPU ranks accelerate sets up torch.distributed itself (gloo) and leaves deepspeed.comm unset,
+    so DeepSpeed would see a world of 1 and reject the batch sizes; attach it to the existing group."""
+    if not train_args.deepspeed:
+        return
+    _ = train_args.device  # sets up the process group
+    import deepspeed.comm as ds_dist
+
+    if torch.distributed.is_initialized() and not ds_dist.is_initialized():
+        ds_dist.init_distributed(dist_backend=torch.distributed.get_backend(), auto_mpi_discovery=False)
+
+
 def run(model_args, data_args, loss_args, train_args) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir."""
     from .data.collator import QwenVLCollator
     from .modeling import load_model_and_processor
 
     set_seed(train_args.seed)
+    connect_deepspeed_comm(train_args)  # before the model exists: ZeRO-3 partitions it at construction
     if train_args.resume_from_checkpoint is True or train_args.resume_from_checkpoint == "true":
         train_args.resume_from_checkpoint = True
     train_dataset, eval_dataset = build_datasets(data_args)
