@@ -67,7 +67,8 @@ class NumericTrainer(Trainer):
             loss = parts["loss"] * self.args.world_size
         else:  # evaluation, or a step not fed through get_batch_samples: means over this batch
             parts = self.objective(logits, targets)
-            loss = parts["loss"] / (self.current_gradient_accumulation_steps if model.training else 1)
+            accumulation = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+            loss = parts["loss"] / (accumulation if model.training else 1)
         self._record(parts, "train" if model.training else "eval")
         return (loss, outputs) if return_outputs else loss
 
