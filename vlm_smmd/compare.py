@@ -20,7 +20,7 @@ vlm_smmd.cli train ...`) and the worker only evaluates. The analysis runs here, 
 
 DIR layout:
     compare.json            the shared settings; a rerun with other settings is refused
-    status.json             per variant: pending | running | done | failed, seconds, log
+    status.json             per variant: pending | running | done | failed | interrupted, seconds, log
     runs/NAME/              one variant, NAME = GROUP-seedS (GROUP: the aux name, or smmd-random ...)
         variant.json        what the worker runs
         log.txt             the worker's stdout and stderr
@@ -688,6 +688,12 @@ def main(argv: list[str] | None = None) -> int:
         spec = {**spec_base, "overrides": variant_overrides(overrides, v, run_dir, loss_args.kernel_seed)}
         try:
             done = run_variant(v, run_dir, spec, launcher, args.keep_models)
+        except KeyboardInterrupt:
+            status.set(v.name, status="interrupted")
+            write_results(out, variants, status, settings)
+            print(f"\n{head}: interrupted; results so far in {out / 'results.md'}; rerun the same command to "
+                  "resume", file=sys.stderr)
+            return 130
         except VariantFailed as e:
             seconds = time.monotonic() - t0
             status.set(v.name, status="failed", seconds=round(seconds, 1), error=e.reason)
