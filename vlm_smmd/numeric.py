@@ -38,7 +38,7 @@ def digit_places(text: str) -> list[tuple[str, int]]:
     return [(d, len(whole) - 1 - i) for i, d in enumerate(whole)] + [(d, -1 - i) for i, d in enumerate(frac)]
 
 
-@dataclass
+@dataclass(eq=False)  # tensor fields: identity comparison
 class NumericVocab:
     """The numeric tokens of a vocabulary in one fixed order (ascending token id).
 

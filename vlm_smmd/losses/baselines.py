@@ -46,7 +46,7 @@ class NTLMSELoss(_NumericLoss):
     """Squared error between the expected value under p and the target value."""
 
     def _per_position(self, logits, target):
-        v = self.values.to(logits.dtype)
+        v = self.values.to(device=logits.device, dtype=logits.dtype)
         return (torch.softmax(logits, -1) @ v - v[target]) ** 2
 
 
@@ -54,7 +54,7 @@ class NTLWASLoss(_NumericLoss):
     """Wasserstein-1 distance between p and the one-hot target on the real line: sum_i p_i |v_i - y|."""
 
     def _per_position(self, logits, target):
-        v = self.values.to(logits.dtype)
+        v = self.values.to(device=logits.device, dtype=logits.dtype)
         return (torch.softmax(logits, -1) * (v[None, :] - v[target][:, None]).abs()).sum(-1)
 
 
@@ -71,7 +71,7 @@ class _SoftTargetLoss(_NumericLoss):
         self.kl = kl
 
     def _per_position(self, logits, target):
-        log_t = self.log_targets.to(logits.dtype)[target]
+        log_t = self.log_targets.to(device=logits.device, dtype=logits.dtype)[target]
         t = log_t.exp()
         log_p = torch.log_softmax(logits, -1)
         terms = t * (log_t - log_p) if self.kl else -t * log_p

@@ -124,6 +124,8 @@ class NumericObjective(nn.Module):
         ids = self.numeric_token_ids
         if len(ids) and int(ids.max()) >= logits.shape[1]:
             raise ValueError(f"numeric token id {int(ids.max())} is outside the logit width {logits.shape[1]}")
+        if self.numeric_token_ids.device != logits.device:
+            self.to(logits.device)  # a loss module is not moved with the model; follow the logits
         targets = targets.to(logits.device)
         logits32 = logits.float() if logits.dtype != torch.float64 else logits
         ce_sum = F.cross_entropy(logits32, targets, ignore_index=IGNORE_INDEX, reduction="sum")

@@ -93,7 +93,7 @@ class SMMDLoss(nn.Module):
     def divergence(self, probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Per-position value [M] from probabilities [M, N] over V_num and target indices [M], clamped at 0."""
         r = probs - F.one_hot(target, probs.shape[-1]).to(probs.dtype)
-        a = self.A.to(r.dtype)
+        a = self.A.to(device=r.device, dtype=r.dtype)
         return ((r @ a) * r).sum(-1).clamp_min(0.0)
 
     def per_position(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,258 @@
+"""Cost of the loss head: full-logits causal-LM CE vs our answer-only CE (+ SMMD or a baseline aux).
+
+Shape of a Qwen2.5-VL-3B batch on the CPU, fp32: B=2, T=1024, hidden 2048, V=151936, 8 labelled answer
+tokens per row (left padding: "1234.56<|im_end|>", 6 of them numeric). Variants:
+    usual       logits = lm_head(h) for all B*T positions, then HF ForCausalLMLoss (shift, CE over V)
+    answer_ce   answer_logits() on the 16 answer positions + CE              (NumericObjective aux none)
+    ce_<aux>    the same + lam * aux at the numeric positions, aux in smmd | mmd | smooth | ntl_mse | ...
+Three modes: fwd (loss only), bwd_h (forward + backward to the hidden states, as with a frozen or LoRA LM
+head) and bwd_all (backward to the hidden states and the head weight, as in full fine-tuning; every variant
+then also allocates the 1.2 GB gradient of the head weight).
+
+Peak memory: each (variant, mode) runs in its own subprocess; the figure is the growth of the process's peak
+RSS (ru_maxrss) over the state after setup (head weight, hidden states and labels resident, libraries
+warmed up on a small copy), so it counts every buffer the loss head allocates, transient ones included
+(noise floor: a few MB). Time: best of --reps runs after a warm-up. The answer-only variants are timed in
+one process per mode, interleaved run by run on the same tensors, so a shared machine's load drifts equally
+over all of them; each aux variant's overhead is the median, over runs, of its time over the time of the
+answer_ce run next to it. "objective" is the objective alone (CE + aux) on the [16, V] answer logits.
+
+    python bench/loss_head.py            # table
+    python bench/loss_head.py --json     # one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+AUXES = ["smmd", "mmd", "smooth", "ntl_mse", "ntl_was", "dist2", "gce"]
+ANSWER_VARIANTS = ["answer_ce"] + [f"ce_{a}" for a in AUXES]
+VARIANTS = ["usual"] + ANSWER_VARIANTS
+MODES = ["fwd", "bwd_h", "bwd_all"]
+ANSWER = [16, 17, 18, 19, 13, 20, 21, 151645]  # "1234.56<|im_end|>" in Qwen2.5 ids
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def make_inputs(mode, b, t, h, v, k):
+    """head nn.Linear(h, v) [V, H], hidden [B, T, H], labels [B, T] (-100 except the last k per row)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    head = nn.Linear(h, v, bias=False)
+    with torch.no_grad():
+        head.weight.normal_(0, 0.02)  # in place: no temporary that would inflate the setup peak
+    head.weight.requires_grad_(mode == "bwd_all")
+    hidden = torch.randn(b, t, h, requires_grad=mode != "fwd")
+    labels = torch.full((b, t), -100, dtype=torch.long)
+    labels[:, t - k:] = torch.tensor((ANSWER * (k // len(ANSWER) + 1))[:k]).clamp(max=v - 1)  # small --vocab
+    return head, hidden, labels
+
+
+def make_objective(variant):
+    import torch
+
+    from vlm_smmd.losses import NumericObjective
+
+    aux = "none" if variant == "answer_ce" else variant[3:]
+    return NumericObjective(torch.arange(15, 25), torch.arange(10, dtype=torch.float32), aux=aux)
+
+
+def make_step(variant, mode, head, hidden, labels):
+    """The loss head of one variant as a function () -> loss value; backward too unless mode is fwd."""
+    import torch
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    from vlm_smmd.losses import answer_logits
+
+    objective = None if variant == "usual" else make_objective(variant)
+
+    def step():
+        with torch.set_grad_enabled(mode != "fwd"):
+            if objective is None:
+                loss = ForCausalLMLoss(head(hidden), labels, vocab_size=head.out_features)
+            else:
+                logits, targets = answer_logits(hidden, labels, head)
+                loss = objective(logits, targets)["loss"]
+            if mode != "fwd":
+                loss.backward()
+                hidden.grad = None
+                head.weight.grad = None
+        return float(loss)
+
+    return step
+
+
+def timed(fn, reps):
+    """(best, median) seconds of `reps` calls after one warm-up."""
+    fn()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times), statistics.median(times)
+
+
+def memory_worker(args) -> dict:
+    """Peak-RSS growth of one (variant, mode); for `usual` also its time (--reps runs after a warm-up)."""
+    import torch
+
+    shape = (args.batch, args.seq, args.hidden, args.vocab, args.answer_tokens)
+    step = make_step(args.variant, args.mode, *make_inputs(args.mode, *shape))
+    small = make_step(args.variant, args.mode, *make_inputs(args.mode, 1, 16, 32, 1000, 4))
+    small(), small()  # one-time library set-up (thread pools, kernels): not loss-head memory
+    del small
+    base = peak_rss_mb()
+    out = {"threads": torch.get_num_threads()}
+    if args.reps:
+        best, median = timed(step, args.reps)
+        out.update(ms=best * 1e3, median_ms=median * 1e3)
+    else:
+        step()
+    out["peak_mb"] = peak_rss_mb() - base
+    return out
+
+
+def time_worker(args) -> dict:
+    """Interleaved times of the answer-only variants in one mode, plus the objective alone on [M, V]."""
+    import torch
+
+    from vlm_smmd.losses import answer_logits
+
+    shape = (args.batch, args.seq, args.hidden, args.vocab, args.answer_tokens)
+    head, hidden, labels = make_inputs(args.mode, *shape)
+    variants = args.variant.split(",")
+    steps = {v: make_step(v, args.mode, head, hidden, labels) for v in variants}
+    with torch.no_grad():
+        answer, targets = answer_logits(hidden, labels, head)
+    answer.requires_grad_(args.mode != "fwd")
+    objectives = {v: make_objective(v) for v in variants}
+
+    def objective_only(v):
+        def run():
+            with torch.set_grad_enabled(args.mode != "fwd"):
+                loss = objectives[v](answer, targets)["loss"]
+                if args.mode != "fwd":
+                    loss.backward()
+                    answer.grad = None
+        return run
+
+    base, others = "answer_ce", [v for v in variants if v != "answer_ce"]
+    times = {v: [] for v in variants}
+    ratios = {v: [] for v in others}  # paired: each run of v next to a run of answer_ce
+    objective_times = {v: [] for v in variants}
+    for v in variants:
+        steps[v](), objective_only(v)()  # warm-up
+    for rep in range(args.reps):
+        for v in others:
+            pair = {}
+            for name in ((base, v) if rep % 2 == 0 else (v, base)):
+                start = time.perf_counter()
+                steps[name]()
+                pair[name] = time.perf_counter() - start
+                times[name].append(pair[name])
+            ratios[v].append(pair[v] / pair[base])
+        for v in variants:
+            start = time.perf_counter()
+            objective_only(v)()
+            objective_times[v].append(time.perf_counter() - start)
+    out = {}
+    for v in variants:
+        out[v] = {"ms": min(times[v]) * 1e3, "median_ms": statistics.median(times[v]) * 1e3,
+                  "aux_ms": min(objective_times[v]) * 1e3}
+        if v in ratios:
+            out[v]["overhead_pct"] = 100 * (statistics.median(ratios[v]) - 1)
+    return out
+
+
+def run_worker(args, kind, variant, mode, reps):
+    cmd = [sys.executable, __file__, "--worker", kind, "--variant", variant, "--mode", mode, "--reps", str(reps),
+           "--batch", str(args.batch), "--seq", str(args.seq), "--hidden", str(args.hidden),
+           "--vocab", str(args.vocab), "--answer-tokens", str(args.answer_tokens)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{kind} worker for {variant} {mode} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--vocab", type=int, default=151936)
+    p.add_argument("--answer-tokens", type=int, default=8)
+    p.add_argument("--reps", type=int, default=5, help="timed runs of each answer-only variant")
+    p.add_argument("--usual-reps", type=int, default=1, help="timed runs of the full-logits path (slow)")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--worker", choices=["memory", "time"], help=argparse.SUPPRESS)
+    p.add_argument("--variant", help=argparse.SUPPRESS)
+    p.add_argument("--mode", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps((memory_worker if args.worker == "memory" else time_worker)(args)))
+        return
+
+    variants = [x for x in args.variants.split(",") if x]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"unknown variants {sorted(unknown)}; choose from {VARIANTS}")
+    answer_variants = [v for v in variants if v != "usual"]
+    log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    results = {}
+    for mode in MODES:
+        for variant in variants:
+            reps = args.usual_reps if variant == "usual" else 0
+            results[variant, mode] = run_worker(args, "memory", variant, mode, reps)
+            log(f"  memory {variant:<10} {mode:<7} {results[variant, mode]['peak_mb']:9.1f} MB")
+        if answer_variants:
+            timing = run_worker(args, "time", ",".join(answer_variants), mode, args.reps)
+            for variant, r in timing.items():
+                results[variant, mode].update(r)
+                log(f"  time   {variant:<10} {mode:<7} {r['ms']:9.1f} ms (objective alone {r['aux_ms']:.2f} ms)")
+
+    figures = {"batch": args.batch, "seq": args.seq, "hidden": args.hidden, "vocab": args.vocab,
+               "answer_tokens_per_row": args.answer_tokens, "threads": results[variants[0], MODES[0]]["threads"]}
+    for (variant, mode), r in results.items():
+        for key, unit in (("ms", "ms"), ("median_ms", "median_ms"), ("peak_mb", "peak_mb"), ("aux_ms", "objective_ms")):
+            if key in r:
+                figures[f"{variant}_{mode}_{unit}"] = round(r[key], 3 if key == "aux_ms" else 1)
+    have = set(variants)
+    if {"usual", "answer_ce"} <= have:
+        for mode in MODES:
+            u, a = results["usual", mode], results["answer_ce", mode]
+            figures[f"speedup_answer_ce_vs_usual_{mode}_x"] = round(u["ms"] / a["ms"], 1)
+            figures[f"memory_ratio_usual_vs_answer_ce_{mode}_x"] = round(u["peak_mb"] / max(a["peak_mb"], 0.1), 1)
+    for (variant, mode), r in results.items():
+        if "overhead_pct" in r:  # median of paired ratios against answer_ce
+            figures[f"{variant[3:]}_overhead_vs_answer_ce_{mode}_pct"] = round(r["overhead_pct"], 1)
+
+    if args.json:
+        print(json.dumps(figures))
+        return
+    print(f"loss head, fp32 CPU, {figures['threads']} threads: B={args.batch} T={args.seq} hidden={args.hidden} "
+          f"V={args.vocab}, {args.answer_tokens} answer tokens per row")
+    print("time: best of runs (ms); memory: peak RSS growth (MB); objective: CE+aux alone on the answer logits")
+    print(f"{'variant':<12}" + "".join(f"{m + ' ms':>12}{m + ' MB':>12}" for m in MODES) + f"{'objective ms':>14}")
+    for variant in variants:
+        row = "".join(f"{results[variant, m]['ms']:12.1f}{results[variant, m]['peak_mb']:12.1f}" for m in MODES)
+        aux = results[variant, "bwd_all"].get("aux_ms")
+        print(f"{variant:<12}{row}" + (f"{aux:14.2f}" if aux is not None else f"{'-':>14}"))
+    for key, value in figures.items():
+        if key.startswith(("speedup", "memory_ratio")) or "_overhead_" in key:
+            print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()
