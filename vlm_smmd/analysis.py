@@ -511,7 +511,10 @@ def _plots(analyses: Mapping[str, dict], out: Path) -> dict[str, str]:
         ax.set_xlabel("time gap on the 12-hour dial (minutes)")
         ax.set_ylabel("records")
         ax.set_title("Clock time-gap histogram (10-minute bins)")
-        ax.legend()
+        if any(clock[r]["gaps"] for r in runs):
+            ax.legend()
+        else:
+            ax.text(0.5, 0.5, "no prediction holds a time", ha="center", transform=ax.transAxes)
         _save(fig, out / "clock_gap_hist.png")
         files["clock_gap_hist"] = "clock_gap_hist.png"
 
