@@ -52,11 +52,7 @@ class _Concat(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        n, i = len(self), int(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"index {i} out of range for {n} records")
+        i = _check_index(i, len(self))
         k = bisect_right(self._ends, i)
         return self.parts[k][i - (self._ends[k - 1] if k else 0)]
 
@@ -254,11 +250,7 @@ class ChartQAParquet(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        n, i = len(self), int(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"index {i} out of range for {n} records")
+        i = _check_index(i, len(self))
         fi, row = self._keys[i]
         query, answers, subset = self._rows[i]
         path = self.files[fi]
@@ -305,3 +297,13 @@ def read_chartqa(root, split: str, on_error: str = "raise", *, subsets=SUBSETS, 
             f"ChartQA: found neither {root / split}/{split}_human.json (official layout) nor "
             f"{root / 'data'}/{split}-*.parquet (Hugging Face layout)")
     return finish(dataset, on_error)
+
+
+def _check_index(i, n: int) -> int:
+    """`i` as a non-negative index into n records (negative counts from the end); IndexError outside."""
+    i = int(i)
+    if i < 0:
+        i += n
+    if not 0 <= i < n:
+        raise IndexError(f"index {i} out of range for {n} records")
+    return i
