@@ -54,3 +54,30 @@ def test_shipped_configs_parse():
     for path in configs:
         # GPU configs ask for bf16, which TrainingArguments only accepts here with use_cpu
         load_config(path, {"use_cpu": True})
+
+
+def test_command_line_values_take_their_field_type(tmp_path):
+    overrides = parse_overrides(["--instruction", "Answer: a number", "--system_prompt", "no", "--data_root", "010",
+                                 "--eval_split", "none", "--sigmas", "1,2.5", "--freeze_vision", "--max_steps", "7",
+                                 "--learning_rate", "1e-3", "--lr_scheduler_type", "cosine"])
+    model, data, loss, train = load_config(None, overrides)
+    assert data.instruction == "Answer: a number"  # not parsed as a YAML mapping
+    assert data.system_prompt == "no" and data.data_root == "010"  # text stays text
+    assert data.eval_split is None and loss.sigmas == [1.0, 2.5] and model.freeze_vision is True
+    assert train.max_steps == 7 and train.learning_rate == 1e-3 and train.lr_scheduler_type == "cosine"
+
+
+@pytest.mark.parametrize("text, match", [
+    ("data_root: d\nfreeze_vision: maybe\n", "freeze_vision: expected true or false"),
+    ("data_root: d\nmax_steps: 1.5\n", "max_steps: expected an integer"),
+    ("data_root: d\nsystem_prompt: no\n", "system_prompt: expected text"),
+    ("data_root: d\nsigmas: [1, x]\n", "sigmas: expected a number"),
+])
+def test_yaml_values_of_the_wrong_type_name_the_key(tmp_path, text, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(tmp_path, text))
+
+
+def test_quoted_yaml_booleans_are_read_as_booleans(tmp_path):
+    model, *_ = load_config(write(tmp_path, 'data_root: d\nfreeze_vision: "false"\nlora: "yes"\n'))
+    assert model.freeze_vision is False and model.lora is True

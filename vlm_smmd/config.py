@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -97,7 +98,8 @@ def _known_keys() -> set[str]:
 
 
 def parse_overrides(argv: list[str]) -> dict:
-    """`--key value` pairs (or `--key=value`; a bare `--flag` means true); values parsed as YAML scalars."""
+    """`--key value` pairs (or `--key=value`; a bare `--flag` means true) as raw strings; `load_config`
+    converts each to its field's type."""
     overrides, i = {}, 0
     while i < len(argv):
         arg = argv[i]
@@ -110,9 +112,72 @@ def parse_overrides(argv: list[str]) -> dict:
                 value, i = argv[i + 1], i + 1
             else:
                 value = "true"
-        overrides[key] = yaml.safe_load(value) if value != "" else ""
+        overrides[key] = value
         i += 1
     return overrides
+
+
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+_NONE = {"none", "null", "~"}
+
+
+def _field_types() -> dict:
+    hints = {}
+    for cls in CONFIG_CLASSES:
+        hints.update(typing.get_type_hints(cls))
+    return hints
+
+
+def _coerce(key: str, value, hint, from_cli: bool = False):
+    """`value` (YAML-typed, or a raw string from the command line) as the field's type; ConfigError names
+    the key when it does not fit. Other types (enums, dicts) are parsed as YAML when they come from the
+    command line and left to HfArgumentParser otherwise."""
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    bases = [a for a in args if a is not type(None)] if args and typing.get_origin(hint) is not list else [hint]
+    if value is None or (optional and isinstance(value, str) and value.strip().lower() in _NONE):
+        if optional:
+            return None
+        raise ConfigError(f"{key}: a value is required")
+    base = bases[0] if len(bases) == 1 else (str if str in bases else None)
+
+    def bad(expected):
+        return ConfigError(f"{key}: expected {expected}, got {value!r}")
+
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise bad("true or false")
+    if base in (int, float):
+        if isinstance(value, bool):
+            raise bad("a number")
+        if isinstance(value, (int, float)) and (base is float or float(value).is_integer()):
+            return base(value)
+        if isinstance(value, str):
+            try:
+                return base(value.strip())
+            except ValueError:
+                raise bad("an integer" if base is int else "a number") from None
+        raise bad("an integer" if base is int else "a number")
+    if base is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("text (quote it in YAML)")
+        return str(value)
+    if typing.get_origin(base) is list:
+        (item,) = typing.get_args(base) or (str,)
+        if isinstance(value, str):
+            text = value.strip().removeprefix("[").removesuffix("]")
+            value = [v.strip() for v in text.split(",") if v.strip()]
+        if not isinstance(value, list):
+            value = [value]
+        return [_coerce(key, v, item) for v in value]
+    if from_cli and isinstance(value, str):
+        return yaml.safe_load(value)
+    return value
 
 
 def load_config(path: str | Path | None, overrides: dict | None = None):
@@ -128,7 +193,8 @@ def load_config(path: str | Path | None, overrides: dict | None = None):
             raise ConfigError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: a config is a mapping of keys to values")
-    values.update(overrides or {})
+    overrides = overrides or {}
+    values.update(overrides)
     where = f" in {path}" if path is not None else ""
     known = _known_keys()
     for key in values:
@@ -138,8 +204,8 @@ def load_config(path: str | Path | None, overrides: dict | None = None):
             raise ConfigError(f"unknown config key {key!r}{where}{hint}")
     if isinstance(values.get("mixture"), list):
         values["mixture"] = json.dumps(values["mixture"])
-    if isinstance(values.get("sigmas"), (int, float)):
-        values["sigmas"] = [values["sigmas"]]
+    types = _field_types()
+    values = {key: _coerce(key, value, types[key], from_cli=key in overrides) for key, value in values.items()}
     values.setdefault("output_dir", "outputs/run")
     try:
         model_args, data_args, loss_args, train_args = HfArgumentParser(CONFIG_CLASSES).parse_dict(values)
