@@ -126,3 +126,9 @@ def test_bad_paths_give_clear_errors(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="config.json"):
         load_model_and_processor(str(tmp_path), verbose=False)
+
+
+def test_adapter_folder_gets_a_clear_error(tmp_path):
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(ModelLoadError, match="LoRA adapter"):
+        load_model_and_processor(str(tmp_path), verbose=False)

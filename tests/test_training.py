@@ -73,3 +73,49 @@ def test_loss_goes_down_and_parts_are_logged(tiny_model_and_processor, tmp_path)
     assert len(logged) == 8 and all("aux" in h and "total" in h for h in logged)
     assert logged[-1]["total"] < logged[0]["total"]
     assert all(h["numeric_tokens"] == 10 for h in logged)
+
+
+def test_lora_merged_save_reloads_the_trained_model(tmp_path):
+    from vlm_smmd.modeling import load_model_and_processor
+    from vlm_smmd.training import save_final
+
+    model, processor = load_model_and_processor("tiny", lora=True, lora_r=4, verbose=False)
+    trainer, collator = make_trainer(model, processor, tmp_path, max_steps=3, learning_rate=0.05)
+    trainer.train()
+    batch = {k: v for k, v in collator(clock_samples()).items() if k not in ("labels", "numeric_mask")}
+    model.eval()
+    with torch.no_grad():
+        trained = model(**batch).logits
+        with model.disable_adapter():
+            untrained = model(**batch).logits
+    assert not torch.allclose(trained, untrained, atol=1e-4)  # the adapters learned something
+    save_final(trainer, processor, merge_lora=True)
+    reloaded, _ = load_model_and_processor(str(tmp_path), dtype="fp32", verbose=False)
+    reloaded.eval()
+    with torch.no_grad():
+        assert torch.allclose(reloaded(**batch).logits, trained, atol=1e-4)
+
+
+def test_synthetic_data_is_reused_only_when_settings_match(tmp_path, capsys):
+    import pytest
+
+    from vlm_smmd.config import ConfigError, DataArguments
+    from vlm_smmd.training import synthesize_if_missing
+
+    root = tmp_path / "clocks"
+    args = DataArguments(data_root=str(root), synthesize="clocks", synthesize_num=10, synthesize_size=64)
+    synthesize_if_missing(args)
+    assert len(list((root / "train").rglob("*.png"))) == 9
+    synthesize_if_missing(args)
+    assert "reusing" in capsys.readouterr().out
+    args.synthesize_num = 12
+    with pytest.raises(ConfigError, match="num 10 there, 12 asked"):
+        synthesize_if_missing(args)
+
+    charts = DataArguments(data_root=str(tmp_path / "charts"), dataset="chartqa", synthesize="chartqa",
+                           synthesize_num=2, eval_split="test")
+    synthesize_if_missing(charts)
+    assert (tmp_path / "charts" / "charts_data" / "test.json").is_file()
+    charts.synthesize_seed = 5
+    with pytest.raises(ConfigError, match="seed"):
+        synthesize_if_missing(charts)

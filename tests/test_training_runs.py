@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from data_synth.writer import write_clock_dataset
 
@@ -103,3 +104,30 @@ def test_lora_run_saves_merged_model_that_reloads(tmp_path, clock_root):
     model, processor = load_model_and_processor(str(tmp_path / "out"), verbose=False)
     assert not any("lora_" in name for name, _ in model.named_parameters())
     assert processor.tokenizer.convert_tokens_to_ids("<|image_pad|>") == 151655
+
+
+@pytest.mark.slow
+def test_two_ranks_give_the_one_process_update(tmp_path, clock_root):
+    """Loss normalisation across ranks: 2 ranks x 2 samples must update like 1 process x 4 samples."""
+    from safetensors.torch import load_file
+
+    common = dict(optim="sgd", learning_rate=1.0, max_grad_norm=0.0, max_steps=1, save_strategy="no",
+                  lr_scheduler_type="constant")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = write_config(tmp_path / "one", clock_root, per_device_train_batch_size=4, **common)
+    launch(train_cli(one), tmp_path)
+    two = write_config(tmp_path / "two", clock_root, per_device_train_batch_size=2, **common)
+    launch([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+            "-m", "vlm_smmd.cli", "train", str(two)], tmp_path)
+    a = load_file(tmp_path / "one" / "out" / "model.safetensors")
+    b = load_file(tmp_path / "two" / "out" / "model.safetensors")
+    from vlm_smmd.modeling import load_model_and_processor
+
+    init = dict(load_model_and_processor("tiny", verbose=False)[0].named_parameters())
+    name = "model.language_model.layers.0.mlp.up_proj.weight"
+    saved = "model.layers.0.mlp.up_proj.weight"  # checkpoints keep the original Qwen2.5-VL key names
+    assert not torch.allclose(a[saved], init[name].detach(), atol=1e-4)  # the step moved the weights
+    assert len(a) == len(b) > 10
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-5), key

@@ -17,12 +17,10 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tiny_cpu_
 def run_demo(out: Path, *, config: Path = DEFAULT_CONFIG, num: int | None = None, steps: int | None = None,
              eval_limit: int = 64, max_new_tokens: int = 8, overrides: dict | None = None) -> dict:
     """Run data -> train -> eval -> analyze under `out`; returns the paths of what was written."""
-    from data_synth.writer import write_clock_dataset
-
     from .analysis import analyze_records, load_predictions, write_report
     from .config import load_config
     from .evaluation import evaluate_model
-    from .training import run
+    from .training import run, synthesize_if_missing
 
     out = Path(out)
     data_root, model_dir = out / "data" / "clocks", out / "model"
@@ -35,10 +33,8 @@ def run_demo(out: Path, *, config: Path = DEFAULT_CONFIG, num: int | None = None
     model_args, data_args, loss_args, train_args = load_config(config, values)
     started = time.time()
 
-    print(f"[1/4] rendering {data_args.synthesize_num} clocks into {data_root}", flush=True)
-    if not data_root.exists():
-        write_clock_dataset(data_root, num=data_args.synthesize_num, seed=data_args.synthesize_seed,
-                            size=data_args.synthesize_size)
+    print(f"[1/4] {data_args.synthesize_num} clocks in {data_root}", flush=True)
+    synthesize_if_missing(data_args)  # renders them, or reuses an identical earlier rendering
 
     print(f"[2/4] training the tiny Qwen2.5-VL for {train_args.max_steps} steps with CE + "
           f"{loss_args.aux_lambda:g} * {loss_args.aux} -> {model_dir}", flush=True)
@@ -57,7 +53,10 @@ def run_demo(out: Path, *, config: Path = DEFAULT_CONFIG, num: int | None = None
                           inputs={"tiny-smmd": str(predictions)})
     paths = {"data": data_root, "model": model_dir, "predictions": predictions,
              "metrics": eval_dir / "metrics.json", "report": report}
-    print(f"\ndone in {time.time() - started:.0f} s; exact time match {metrics.get('exact_match', 0):.3f}")
+    clocks = metrics["sources"]["clocks"]["test"]
+    gap = clocks["mean_time_gap_minutes"]
+    print(f"\ndone in {time.time() - started:.0f} s; time read exactly: {clocks['time_exact']:.3f}, "
+          f"mean gap {'n/a' if gap is None else f'{gap:.1f}'} min")
     for name, path in paths.items():
         print(f"  {name:<12} {path}")
     print("A randomly initialised model this small learns the answer format, not yet to read clocks: "

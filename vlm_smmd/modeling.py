@@ -142,6 +142,9 @@ def _check_checkpoint(name_or_path: str) -> None:
     if not path.is_dir():
         raise ModelLoadError(f"{name_or_path}: no such model directory")
     config_file = path / "config.json"
+    if not config_file.is_file() and (path / "adapter_config.json").is_file():
+        raise ModelLoadError(f"{name_or_path}: holds a LoRA adapter, not a model; train with merge_lora: true, "
+                             "or load the base model and apply the adapter with peft.PeftModel.from_pretrained")
     if not config_file.is_file():
         raise ModelLoadError(f"{name_or_path}: holds no model (no config.json)")
     try:

@@ -81,14 +81,19 @@ class NumericTrainer(Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         phase, prefix = ("eval", "eval_") if any(k.startswith("eval_") for k in logs) else ("train", "")
-        acc = self._parts[phase]
-        if acc["n_tokens"] and (phase == "eval" or "loss" in logs):
-            ce = acc["ce_sum"] / acc["n_tokens"]
-            aux = acc["aux_sum"] / max(acc["n_numeric"], 1)
-            logs[f"{prefix}ce"] = round(ce, 6)
-            logs[f"{prefix}aux"] = round(aux, 6)
-            logs[f"{prefix}total"] = round(ce + self.objective.lam * aux, 6)
-            logs[f"{prefix}numeric_tokens"] = acc["n_numeric"]
+        if phase == "eval" or "loss" in logs:  # the same condition on every rank
+            acc = self._parts[phase]
+            sums = torch.tensor([acc[k] for k in ("ce_sum", "n_tokens", "aux_sum", "n_numeric")],
+                                dtype=torch.float64, device=self.args.device)
+            if self.args.world_size > 1:  # every rank logs: figures cover all ranks' tokens
+                sums = self.accelerator.reduce(sums, reduction="sum")
+            ce_sum, n_tokens, aux_sum, n_numeric = sums.tolist()
+            if n_tokens:
+                ce, aux = ce_sum / n_tokens, aux_sum / max(n_numeric, 1)
+                logs[f"{prefix}ce"] = round(ce, 6)
+                logs[f"{prefix}aux"] = round(aux, 6)
+                logs[f"{prefix}total"] = round(ce + self.objective.lam * aux, 6)
+                logs[f"{prefix}numeric_tokens"] = int(n_numeric)
             acc.clear()
         super().log(logs, start_time)
 
@@ -97,25 +102,49 @@ class NumericTrainer(Trainer):
 
 
 def synthesize_if_missing(data_args) -> None:
-    """Render the synthetic set named by `data_args.synthesize` into data_root unless it is there."""
+    """Render the synthetic set named by `data_args.synthesize` into data_root, or reuse what is there
+    when it was rendered with the same settings (a mismatch is an error, never silently ignored)."""
     kind = data_args.synthesize
-    root = Path(data_args.data_root) if data_args.data_root else None
-    if kind == "none" or root is None or root.exists():
+    if kind == "none" or data_args.data_root is None:
         return
-    print(f"rendering {data_args.synthesize_num} synthetic {kind} samples into {root}")
+    root = Path(data_args.data_root)
     if kind == "clocks":
         from data_synth.writer import write_clock_dataset
 
-        write_clock_dataset(root, num=data_args.synthesize_num, seed=data_args.synthesize_seed,
-                            size=data_args.synthesize_size)
-    else:
-        from data_synth.charts import write_chart_dataset
+        wanted = {"num": data_args.synthesize_num, "seed": data_args.synthesize_seed, "size": data_args.synthesize_size}
+        if root.exists():
+            _check_rendered(root, root / "generation.json", wanted)
+            return
+        print(f"rendering {wanted['num']} synthetic clocks into {root}")
+        write_clock_dataset(root, **wanted)
+        return
 
-        splits = {data_args.train_split, data_args.eval_split} - {None}
-        for split in sorted(splits):
-            num = data_args.synthesize_num if split == data_args.train_split else max(data_args.synthesize_num // 10, 8)
-            write_chart_dataset(root, layout=kind, num=num, seed=data_args.synthesize_seed + (split != data_args.train_split),
-                                split=split)
+    from data_synth.charts import write_chart_dataset
+
+    for split in sorted({data_args.train_split, data_args.eval_split} - {None}):
+        is_train = split == data_args.train_split
+        wanted = {"charts": data_args.synthesize_num if is_train else max(data_args.synthesize_num // 10, 8),
+                  "seed": data_args.synthesize_seed + (not is_train)}
+        record = root / "charts_data" / f"{split}.json"
+        if record.exists():
+            _check_rendered(root, record, wanted)
+            continue
+        print(f"rendering {wanted['charts']} synthetic {kind} charts ({split}) into {root}")
+        info = write_chart_dataset(root, layout=kind, num=wanted["charts"], seed=wanted["seed"], split=split)
+        record.write_text(json.dumps({**wanted, "layout": kind, "questions": info["questions"]}))
+
+
+def _check_rendered(root: Path, record: Path, wanted: dict) -> None:
+    try:
+        found = json.loads(record.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise ConfigError(f"{root} exists but was not rendered by data-synth ({record} is missing or unreadable); "
+                          "remove it or set synthesize: none") from None
+    changed = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
+    if changed:
+        detail = ", ".join(f"{k} {old} there, {new} asked" for k, (old, new) in changed.items())
+        raise ConfigError(f"{root} was rendered with other settings ({detail}); remove it or use another data_root")
+    print(f"reusing the synthetic data in {root}")
 
 
 def read_split(data_args, split: str):
@@ -214,10 +243,10 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
         objective=build_objective(loss_args, collator.numeric_vocab),
     )
     result = trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint or None)
-    save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora)
     metrics = dict(result.metrics)
-    if eval_dataset is not None:
+    if eval_dataset is not None:  # before saving: merging LoRA changes the live model
         metrics.update(trainer.evaluate())
+    save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora)
     if trainer.args.should_save:
         trainer.save_metrics("all", metrics)
     return metrics
