@@ -66,6 +66,7 @@ def test_skip_counts_and_reports_bad_records(tmp_path):
     with pytest.warns(UserWarning, match="skipped 3 records") as record:
         samples = read_clocks(root, "train", on_error="skip")
     assert [s.answer for s in samples] == ["3:07", "1:00"]
+    assert samples.skipped == 3 and samples.skip_log.counts["image missing"] == 1
     message = str(record[0].message)
     assert "image missing" in message and "leaves the dataset root" in message and "malformed record" in message
 

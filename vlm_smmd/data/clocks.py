@@ -11,7 +11,19 @@ SOURCE = "clocks"
 _REQUIRED = ("file_name", "question", "answer")
 
 
-def read_clocks(root, split: str, on_error: str = "raise") -> list[Sample]:
+class ClockSamples(list):
+    """A list of Samples that also keeps the reader's skip count (on_error="skip")."""
+
+    def __init__(self, samples, skip_log: SkipLog):
+        super().__init__(samples)
+        self.skip_log = skip_log
+
+    @property
+    def skipped(self) -> int:
+        return self.skip_log.total
+
+
+def read_clocks(root, split: str, on_error: str = "raise") -> ClockSamples:
     """Samples of `root/split/metadata.jsonl`, in file order.
 
     Sample: image = path of the PNG (opened lazily), question, answer = the metadata answer string
@@ -41,7 +53,7 @@ def read_clocks(root, split: str, on_error: str = "raise") -> list[Sample]:
                     raise
                 skipped.add(e)
     skipped.report()
-    return samples
+    return ClockSamples(samples, skipped)
 
 
 def _sample(line: str, split_dir: Path, meta_path: Path, lineno: int) -> Sample:
