@@ -313,7 +313,8 @@ def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str]
     _write_json(run_dir / "variant.json", spec)
     if launcher and not (run_dir / "train.json").is_file():
         cmd = launcher + ["-m", "vlm_smmd.cli", "train", spec["config"]]
-        cmd += [f"--{k}={json.dumps(v)}" for k, v in spec["overrides"].items()]
+        # text goes as is (the train command keeps command-line text verbatim); other values as JSON
+        cmd += [f"--{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in spec["overrides"].items()]
         rc = _run_logged(cmd, log)
         if rc != 0:
             raise VariantFailed(run_dir, f"training ({shlex.join(launcher)}) exited with status {rc}")
