@@ -270,6 +270,9 @@ def apply_lora(model, *, r=16, alpha=32, dropout=0.05, vision=False):
 
 
 def trainable_summary(model) -> str:
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    def size(p):  # ZeRO-3 partitions parameters at construction; ds_numel is the full size
+        return getattr(p, "ds_numel", p.numel())
+
+    total = sum(size(p) for p in model.parameters())
+    trainable = sum(size(p) for p in model.parameters() if p.requires_grad)
     return f"trainable params: {trainable:,} of {total:,} ({100.0 * trainable / max(total, 1):.2f}%)"
