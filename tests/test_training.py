@@ -1,5 +1,6 @@
 """The trainer's loss against a hand computation; training runs in-process on in-memory samples."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -97,8 +98,6 @@ def test_lora_merged_save_reloads_the_trained_model(tmp_path):
 
 
 def test_synthetic_data_is_reused_only_when_settings_match(tmp_path, capsys):
-    import pytest
-
     from vlm_smmd.config import ConfigError, DataArguments
     from vlm_smmd.training import synthesize_if_missing
 
@@ -119,3 +118,15 @@ def test_synthetic_data_is_reused_only_when_settings_match(tmp_path, capsys):
     charts.synthesize_seed = 5
     with pytest.raises(ConfigError, match="seed"):
         synthesize_if_missing(charts)
+
+
+def test_collator_skips_are_totalled_by_the_trainer(tiny_model_and_processor, tmp_path):
+    model, processor = tiny_model_and_processor
+    trainer, _ = make_trainer(model, processor, tmp_path, max_steps=2, per_device_train_batch_size=5)
+    bad = Sample(make_image(), "What time is it?", "  ", "test", "empty-answer")
+    trainer.train_dataset = clock_samples() + [bad]
+    trainer.data_collator = QwenVLCollator(processor, on_error="skip")
+    with pytest.warns(UserWarning, match="skipped 1 records"):
+        trainer.train()
+    assert trainer.skipped_samples == 2  # the bad sample is in both steps' batch of 5
+    assert trainer.data_collator(clock_samples(2))["skipped_samples"] == 0

@@ -36,6 +36,7 @@ class NumericTrainer(Trainer):
         self.objective = objective.to(self.args.device)
         self._step_counts = None  # (answer tokens, numeric answer tokens) of the current optimizer step
         self._parts = {"train": defaultdict(float), "eval": defaultdict(float)}
+        self.skipped_samples = 0  # samples the collator left out under on_error="skip" (this rank)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
@@ -54,6 +55,7 @@ class NumericTrainer(Trainer):
         inputs = dict(inputs)
         labels = inputs.pop("labels")
         inputs.pop("numeric_mask", None)
+        self.skipped_samples += int(inputs.pop("skipped_samples", 0))
         batch_idx, pos_idx, targets = answer_positions(labels)
         seq_len = labels.shape[1]
         keep = int(seq_len - pos_idx.min()) if pos_idx.numel() else 1
@@ -247,6 +249,13 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
     if eval_dataset is not None:  # before saving: merging LoRA changes the live model
         metrics.update(trainer.evaluate())
     save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora)
+    if data_args.on_error == "skip":  # workers warn one by one; this is the total over workers and ranks
+        skipped = torch.tensor(trainer.skipped_samples, device=train_args.device)
+        if train_args.world_size > 1:
+            skipped = trainer.accelerator.reduce(skipped, reduction="sum")
+        metrics["skipped_samples"] = int(skipped)
+        if metrics["skipped_samples"] and trainer.args.should_save:
+            print(f"the collator skipped {metrics['skipped_samples']} samples (reasons in the warnings above)")
     if trainer.args.should_save:
         trainer.save_metrics("all", metrics)
     return metrics

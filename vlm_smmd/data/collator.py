@@ -46,6 +46,7 @@ class QwenVLCollator:
       input_ids, attention_mask, mm_token_type_ids: LongTensor [B, T], left-padded (pad id, 0, 0);
       labels: LongTensor [B, T], -100 except the answer tokens and the closing <|im_end|>;
       numeric_mask: BoolTensor [B, T], True where the label is a V_num token;
+      skipped_samples: LongTensor [] (only with on_error="skip"), samples of this call left out;
       pixel_values: FloatTensor [P, C*t*p*p]; image_grid_thw: LongTensor [B, 3];
       and any other key the processor returns.
 
@@ -198,6 +199,8 @@ class QwenVLCollator:
 
         batch["labels"] = self._labels(batch["input_ids"], kept)
         batch["numeric_mask"] = self.numeric_vocab.mask(batch["labels"])
+        if self.on_error == "skip":  # the batch carries its count, so the trainer can total it over workers
+            batch["skipped_samples"] = torch.tensor(self.skip_log.total - skipped_before)
         if self.skip_log.total > skipped_before:
             self.skip_log.report()
         return batch
