@@ -168,6 +168,7 @@ def test_max_length_raise_and_skip(make, tiny_processor):
         batch = skipping([long, short])
     assert skipping.skip_log.total == 1 and skipping.skip_log.counts == {"too long": 1}
     alone = make()([short])
+    assert int(batch.pop("skipped_samples")) == 1  # the batch carries its own skip count
     assert batch.keys() == alone.keys()
     for key in batch:  # the remaining batch is exactly the short sample's own batch (padding trimmed)
         assert torch.equal(batch[key], alone[key]), key
