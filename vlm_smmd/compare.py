@@ -58,7 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import AUX_NAMES, ConfigError, load_config, parse_overrides
+from .config import AUX_NAMES, ConfigError, load_config, parse_overrides, uses_deepspeed
 
 KERNEL_CONTROLS = ("random", "shuffled")
 CHART_SOURCES = ("chartqa", "plotqa", "dvqa")
@@ -574,15 +574,6 @@ def eval_data(data_args) -> list[list[str]]:
     return data
 
 
-def _raw_deepspeed(config: Path, overrides: Mapping) -> bool:
-    import yaml
-
-    if "deepspeed" in overrides:
-        return bool(overrides["deepspeed"])
-    values = yaml.safe_load(config.read_text()) or {}
-    return bool(values.get("deepspeed")) if isinstance(values, dict) else False
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vlm-smmd compare", allow_abbrev=False,
@@ -672,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = plan_variants(auxes, controls, seeds)
     status = Status(out / "status.json", [v.name for v in variants])
     launcher = shlex.split(args.launcher) if args.launcher else None
-    spec_base = {"config": str(config), "deepspeed": _raw_deepspeed(config, overrides), "eval": settings["eval"]}
+    spec_base = {"config": str(config), "deepspeed": uses_deepspeed(config, overrides), "eval": settings["eval"]}
     print(f"compare: {len(variants)} variants ({len(auxes) + len(controls)} losses x {len(seeds)} seeds) "
           f"into {out}", flush=True)
     start, durations = time.monotonic(), []

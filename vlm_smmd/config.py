@@ -180,6 +180,19 @@ def _coerce(key: str, value, hint, from_cli: bool = False):
     return value
 
 
+def uses_deepspeed(path, overrides: dict) -> bool:
+    """Whether a config plus overrides names a DeepSpeed config, read from the raw YAML: building
+    TrainingArguments would start DeepSpeed before a single process has its rank variables."""
+    if "deepspeed" in overrides:
+        value = overrides["deepspeed"]
+        return bool(value) and str(value).strip().lower() not in _NONE
+    try:
+        values = yaml.safe_load(Path(path).read_text()) if path is not None else {}
+    except (OSError, yaml.YAMLError):
+        return False  # load_config reports the problem
+    return isinstance(values, dict) and bool(values.get("deepspeed"))
+
+
 def load_config(path: str | Path | None, overrides: dict | None = None):
     """(ModelArguments, DataArguments, LossArguments, VLMTrainingArguments) from YAML + overrides."""
     values: dict = {}

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import Subset
 from transformers import Trainer, set_seed
 
-from .config import ConfigError, aux_options, load_config, parse_overrides
+from .config import ConfigError, aux_options, load_config, parse_overrides, uses_deepspeed
 from .losses.objective import NumericObjective, answer_positions
 
 
@@ -302,25 +302,17 @@ def config_help() -> str:
     return "\n".join(lines)
 
 
-def _config_uses_deepspeed(path) -> bool:
-    import yaml
-
-    try:
-        return bool((yaml.safe_load(Path(path).read_text()) or {}).get("deepspeed"))
-    except (OSError, yaml.YAMLError, AttributeError, TypeError):
-        return False  # load_config reports the problem
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(config_help())
         return 0
-    config_path, overrides = (None, argv) if argv[0].startswith("--") else (argv[0], argv[1:])
-    if any(a == "--deepspeed" or a.startswith("--deepspeed=") for a in overrides) or _config_uses_deepspeed(config_path):
-        ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
+    config_path, rest = (None, argv) if argv[0].startswith("--") else (argv[0], argv[1:])
     try:
-        configs = load_config(config_path, parse_overrides(overrides))
+        overrides = parse_overrides(rest)
+        if uses_deepspeed(config_path, overrides):
+            ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
+        configs = load_config(config_path, overrides)
     except ConfigError as e:
         print(f"vlm-smmd train: {e}", file=sys.stderr)
         return 2
