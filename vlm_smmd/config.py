@@ -26,13 +26,15 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str = field(default="tiny", metadata={"help": "hub id, local dir, or 'tiny'"})
+    model_name_or_path: str = field(
+        default="tiny", metadata={"help": "hub id, local dir, or a preset: tiny (Qwen2.5-VL), tiny-qwen2-vl, "
+                                  "tiny-qwen3-vl, tiny-mllama, tiny-qwen2.5, tiny-llama3"})
     torch_dtype: str = field(default="auto", metadata={"help": "auto | bf16 | fp16 | fp32"})
     attn_implementation: str | None = field(default=None, metadata={"help": "eager | sdpa | flash_attention_2"})
     min_pixels: int | None = field(default=None, metadata={"help": "smallest image area in pixels"})
     max_pixels: int | None = field(default=None, metadata={"help": "largest image area in pixels"})
     freeze_vision: bool = False
-    freeze_merger: bool = False
+    freeze_merger: bool = field(default=False, metadata={"help": "freeze the vision-language projector"})
     freeze_language: bool = False
     lora: bool = field(default=False, metadata={"help": "train LoRA adapters on the language model"})
     lora_r: int = 16
@@ -78,6 +80,9 @@ class LossArguments:
     alpha: str = field(default="auto", metadata={"help": "'auto' or a number"})
     kernel_mode: str = field(default="value_distance", metadata={"help": "value_distance | random | shuffled"})
     kernel_seed: int = 42
+    numeric_vocab: str = field(
+        default="all", metadata={"help": "all: every plain-number token (\"7\", \"07\" share value 7) | "
+                                 "canonical: integers without leading zeros only"})
 
 
 @dataclass
@@ -233,7 +238,8 @@ def validate(model_args: ModelArguments, data_args: DataArguments, loss_args: Lo
                ("synthesize", data_args.synthesize, SYNTH_KINDS),
                ("on_error", data_args.on_error, ("raise", "skip")),
                ("kernel", loss_args.kernel, ("gaussian", "laplace")),
-               ("kernel_mode", loss_args.kernel_mode, ("value_distance", "random", "shuffled"))]
+               ("kernel_mode", loss_args.kernel_mode, ("value_distance", "random", "shuffled")),
+               ("numeric_vocab", loss_args.numeric_vocab, ("all", "canonical"))]
     for key, value, allowed in choices:
         if value not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")

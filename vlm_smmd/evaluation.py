@@ -143,13 +143,13 @@ def sample_targets(sample) -> list[str]:
     return [sample.answer]
 
 
-def _stop_ids(model, tokenizer) -> list[int]:
-    """The model's end-of-sequence ids plus <|im_end|> (the end of an assistant turn)."""
+def _stop_ids(model, tokenizer, family) -> list[int]:
+    """The model's end-of-sequence ids plus the family's end-of-turn token (<|im_end|>, <|eot_id|>)."""
     eos = getattr(model.generation_config, "eos_token_id", None)
     ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id and im_end not in ids:
-        ids.append(im_end)
+    end = tokenizer.convert_tokens_to_ids(family.end_of_turn)
+    if isinstance(end, int) and end != tokenizer.unk_token_id and end not in ids:
+        ids.append(end)
     if not ids:
         raise ValueError("the model and tokenizer define no end-of-sequence token")
     return ids
@@ -183,28 +183,29 @@ def generate_predictions(model, processor, samples, *, batch_size: int = 8, max_
                          on_error: str = "raise", skip_log=None, desc: str = "eval") -> list[dict]:
     """Greedy answers for `samples`, one scored record per sample, in order (module docstring).
 
-    Batches of `batch_size` are built left-padded by `QwenVLCollator.prompt_batch` (the same chat as in
-    training, ending with the assistant header) and passed whole (input_ids, attention_mask,
-    mm_token_type_ids, pixel_values, image_grid_thw) to `model.generate` with do_sample=False; only the
-    new tokens [B, T_new] are decoded, without special tokens. Generation stops at the model's EOS or
-    <|im_end|>. Under on_error="skip" samples whose image or text cannot be used are left out and
+    Batches of `batch_size` are built left-padded by `VLMCollator.prompt_batch` (the same chat as in
+    training, ending with the assistant header) and passed whole (input_ids, attention_mask and the
+    family's image inputs) to `model.generate` with do_sample=False; only the new tokens [B, T_new] are
+    decoded, without special tokens. Generation stops at the model's EOS or the family's end-of-turn token. Under on_error="skip" samples whose image or text cannot be used are left out and
     counted in `skip_log` (a `SkipLog`); under "raise" the DataError naming the record propagates.
     """
     import torch
     from tqdm import tqdm
     from transformers import GenerationConfig
 
-    from vlm_smmd.data.collator import QwenVLCollator
+    from vlm_smmd.data.collator import VLMCollator
+    from vlm_smmd.families import family_of
 
     check_on_error(on_error)
     if batch_size < 1 or max_new_tokens < 1:
         raise ValueError(f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}")
     skip_log = skip_log if skip_log is not None else SkipLog(desc)
-    tokenizer = processor.tokenizer
-    collator = QwenVLCollator(processor, system_prompt=system_prompt, instruction=instruction,
-                              min_pixels=min_pixels, max_pixels=max_pixels)
+    family = family_of(model)
+    collator = VLMCollator(processor, family=family, system_prompt=system_prompt, instruction=instruction,
+                           min_pixels=min_pixels, max_pixels=max_pixels)
+    tokenizer = collator.tokenizer
     generation_config = GenerationConfig(
-        do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=_stop_ids(model, tokenizer),
+        do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, eos_token_id=_stop_ids(model, tokenizer, family),
         pad_token_id=tokenizer.pad_token_id, bos_token_id=getattr(model.generation_config, "bos_token_id", None),
     )
     device = model.device
@@ -425,7 +426,7 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     """Load a model, generate for the first `limit` samples (all when None) of `split` of each data spec,
     score, write predictions.jsonl + metrics.json to `out_dir`, and return the metrics.
 
-    `model_name_or_path`: a saved Qwen2.5-VL directory, a hub id or "tiny" (`modeling.load_model_and_processor`,
+    `model_name_or_path`: a saved model directory, a hub id or a preset (`modeling.load_model_and_processor`,
     no trust_remote_code). `data_specs`: "NAME:PATH" strings or (name, path) pairs, each source at most once.
     `device` defaults to cuda when available, else cpu; `dtype` defaults to fp32 on the CPU and the
     checkpoint's own dtype ("auto") on a GPU. metrics["skipped"] counts, per source, the records the reader
@@ -504,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="vlm-smmd eval",
         description="Generate answers greedily for datasets and score them; writes predictions.jsonl and "
                     "metrics.json.")
-    parser.add_argument("--model", required=True, help="saved Qwen2.5-VL directory, hub id, or 'tiny'")
+    parser.add_argument("--model", required=True, help="saved model directory, hub id, or a preset such as 'tiny'")
     parser.add_argument("--data", required=True, action="append", type=_spec_arg, metavar="NAME:PATH",
                         help=f"dataset to evaluate, NAME one of {', '.join(SOURCES)}; repeat for several")
     parser.add_argument("--out", required=True, type=Path, help="output folder")

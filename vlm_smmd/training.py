@@ -215,8 +215,10 @@ def connect_deepspeed_comm(train_args) -> None:
 
 def run(model_args, data_args, loss_args, train_args) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir."""
-    from .data.collator import QwenVLCollator
+    from .data.collator import VLMCollator
+    from .families import family_of
     from .modeling import load_model_and_processor
+    from .numeric import NumericVocab
 
     set_seed(train_args.seed)
     connect_deepspeed_comm(train_args)  # before the model exists: ZeRO-3 partitions it at construction
@@ -234,10 +236,12 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
     )
     # load_model_and_processor already enabled checkpointing; the Trainer would redo it with other kwargs
     train_args.gradient_checkpointing = False
-    collator = QwenVLCollator(
-        processor, system_prompt=data_args.system_prompt, instruction=data_args.instruction,
-        max_length=data_args.max_length, min_pixels=model_args.min_pixels, max_pixels=model_args.max_pixels,
-        on_error=data_args.on_error,
+    tokenizer = getattr(processor, "tokenizer", processor)
+    collator = VLMCollator(
+        processor, family=family_of(model), system_prompt=data_args.system_prompt,
+        instruction=data_args.instruction, max_length=data_args.max_length, min_pixels=model_args.min_pixels,
+        max_pixels=model_args.max_pixels, on_error=data_args.on_error,
+        numeric_vocab=NumericVocab.from_tokenizer(tokenizer, canonical=loss_args.numeric_vocab == "canonical"),
     )
     trainer = NumericTrainer(
         model=model, args=train_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
@@ -248,7 +252,8 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
     metrics = dict(result.metrics)
     if eval_dataset is not None:  # before saving: merging LoRA changes the live model
         metrics.update(trainer.evaluate())
-    save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora)
+    save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora,
+               run_config=run_config(model_args, data_args, loss_args, train_args, collator))
     if data_args.on_error == "skip":  # workers warn one by one; this is the total over workers and ranks
         skipped = torch.tensor(trainer.skipped_samples, device=train_args.device)
         if train_args.world_size > 1:
@@ -261,8 +266,23 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
     return metrics
 
 
-def save_final(trainer: Trainer, processor, *, merge_lora: bool) -> None:
-    """Save model + processor to output_dir so that it loads with `from_pretrained`."""
+def run_config(model_args, data_args, loss_args, train_args, collator) -> dict:
+    """The run's identity for reports: every model / data / loss key as used, the trainer keys that shape
+    the run, the family and V_num size."""
+    from dataclasses import asdict
+
+    keys = ("seed", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
+            "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "bf16", "fp16", "deepspeed",
+            "world_size")
+    info = {**asdict(model_args), **asdict(data_args), **asdict(loss_args),
+            **{k: getattr(train_args, k, None) for k in keys}}
+    info.update(family=collator.family.model_type, numeric_vocab_size=len(collator.numeric_vocab))
+    return json.loads(json.dumps(info, default=str))
+
+
+def save_final(trainer: Trainer, processor, *, merge_lora: bool, run_config: dict | None = None) -> None:
+    """Save model + processor to output_dir so that it loads with `from_pretrained`, with the trainer's
+    state (trainer_state.json: the log history) and `run_config` (run_config.json) beside them."""
     out = trainer.args.output_dir
     if not merge_lora:
         trainer.save_model(out)  # gathers ZeRO-3 shards; a peft model saves its adapter
@@ -281,6 +301,9 @@ def save_final(trainer: Trainer, processor, *, merge_lora: bool) -> None:
                 merged.save_pretrained(out)
     if trainer.args.should_save:
         processor.save_pretrained(out)
+        trainer.state.save_to_json(str(Path(out) / "trainer_state.json"))
+        if run_config is not None:
+            (Path(out) / "run_config.json").write_text(json.dumps(run_config, indent=1) + "\n")
 
 
 def config_help() -> str:

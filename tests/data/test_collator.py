@@ -43,7 +43,7 @@ def labelled(batch, row):
 def test_assistant_header_ids(qwen_tokenizer, collator):
     assert qwen_tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False) == ASSISTANT_HEADER
     assert collator.assistant_header == ASSISTANT_HEADER
-    assert collator.im_end_id == IM_END
+    assert collator.end_id == IM_END
 
 
 @pytest.mark.parametrize("answer", ["10:07", "3.5%", "Democrat", "1,234", "12 million", "-0.25", "Yes"])

@@ -12,7 +12,6 @@ from vlm_smmd.losses import (
     NTLWASLoss,
     NumericObjective,
     SMMDLoss,
-    answer_logits,
     answer_positions,
 )
 from vlm_smmd.numeric import NumericVocab
@@ -20,6 +19,14 @@ from vlm_smmd.numeric import NumericVocab
 V = 40
 NUM_IDS = torch.tensor([5, 6, 7, 8, 30])  # a small "vocabulary" with numeric ids, one far from the rest
 NUM_VALUES = torch.tensor([0.0, 1.0, 2.0, 3.0, 10.0])
+
+
+def answer_logits(hidden, labels, head):
+    """The head on the answer positions only (as the trainer's logits_to_keep window does)."""
+    if hidden.shape[:2] != labels.shape:
+        raise ValueError("hidden states and labels must share [B, T]")
+    b, t, targets = answer_positions(labels)
+    return head(hidden[b, t]), targets
 
 
 def _labels():
@@ -55,18 +62,8 @@ def test_answer_only_ce_equals_hugging_face_causal_lm_loss():
     torch.testing.assert_close(out["ce"], want_sum)
 
 
-def test_answer_logits_calls_the_head_module_on_answer_rows_only():
-    hidden = torch.randn(3, 9, 16)
-    head = nn.Linear(16, V)
-    seen = []
-    head.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].shape))
-    logits, targets = answer_logits(hidden, _labels(), head)
-    assert seen == [torch.Size([7, 16])] and logits.shape == (7, V) and targets.shape == (7,)
-    with pytest.raises(ValueError, match="share"):
-        answer_logits(hidden, _labels()[:, :5], head)
-
-
-def test_answer_logits_equal_full_logits_rows_of_the_tiny_model(tiny_model_and_processor):
+def test_logits_to_keep_window_equals_full_logits_rows_of_the_tiny_model(tiny_model_and_processor):
+    """The trainer's path: logits of the right-aligned answer window only (logits_to_keep)."""
     model, processor = tiny_model_and_processor
     model.eval()
     texts = []
@@ -81,10 +78,12 @@ def test_answer_logits_equal_full_logits_rows_of_the_tiny_model(tiny_model_and_p
     labels = torch.full_like(batch["input_ids"], -100)
     labels[0, -7:-1] = batch["input_ids"][0, -7:-1]  # "10:07<|im_end|>" (left padding: tails line up)
     labels[1, -3:-1] = batch["input_ids"][1, -3:-1]
+    b, t, targets = answer_positions(labels)
+    keep = int(labels.shape[1] - t.min())
     with torch.no_grad():
         full = model(**batch).logits
-        hidden = model.model(**batch).last_hidden_state
-        logits, targets = answer_logits(hidden, labels, model.lm_head)
+        logits = model(**batch, logits_to_keep=keep).logits[b, t - (labels.shape[1] - keep)]
+    assert keep < labels.shape[1] // 2
     rows = [(b, t) for b in range(2) for t in range(labels.shape[1] - 1) if labels[b, t + 1] != -100]
     assert len(rows) == 8 and logits.shape == (8, full.shape[-1])
     want = torch.stack([full[b, t] for b, t in rows])

@@ -1,9 +1,12 @@
-"""Qwen2.5-VL chat batches from Samples: answer-only labels, a numeric mask, left padding.
+"""Chat batches from Samples for every model family: answer-only labels, a numeric mask, left padding.
 
-One sample becomes one chat: [optional system turn] user turn = the image, then the question (plus an
-optional instruction such as "Answer with a number."), assistant turn = the answer, rendered by the
-processor's own chat template. Images are sized exactly as qwen-vl-utils sizes them (its `smart_resize`
-and the same PIL resize as its `fetch_image`) before the processor, which is told not to resize again.
+One sample becomes one chat: [optional system turn] user turn = the image (if the sample has one), then
+the question (plus an optional instruction such as "Answer with a number."), assistant turn = the answer,
+rendered by the processor's own chat template. What differs between families (the assistant-turn
+markers, the end-of-turn token, image placeholders, how images are sized) comes from `vlm_smmd.families`.
+Qwen VL images are sized exactly as qwen-vl-utils sizes them (its `smart_resize` and the same PIL resize
+as its `fetch_image`) before the processor, which is told not to resize again; Mllama's processor tiles
+images itself. Text-only samples (`image=None`) become text-only chats; a batch may mix both.
 
 Left padding: every row ends with its answer, so the labelled tails line up at the right end of the
 batch and the trainer can keep only the last few positions' logits (`logits_to_keep`).
@@ -22,82 +25,96 @@ IGNORE_INDEX = -100
 
 def build_messages(sample: Sample, *, system_prompt: str | None = None, instruction: str | None = None,
                    with_answer: bool = True) -> list[dict]:
-    """The chat for one sample, in the Hugging Face multimodal message format.
+    """The chat for one sample, in the Hugging Face message format.
 
-    [system (if given)], user = [image, question + "\\n" + instruction (if given)], assistant = answer
-    (when `with_answer`). The image entry carries `sample.image` (PIL image or path) so the messages
-    also work with qwen_vl_utils.process_vision_info.
+    [system (if given)], user = [image, question + "\\n" + instruction (if given)] (plain text content for
+    a text-only sample), assistant = answer (when `with_answer`). The image entry carries `sample.image`
+    (PIL image or path) so the messages also work with qwen_vl_utils.process_vision_info.
     """
     question = sample.question if not instruction else f"{sample.question}\n{instruction}"
     messages = []
     if system_prompt is not None:
-        messages.append({"role": "system", "content": [{"type": "text", "text": system_prompt}]})
-    messages.append({"role": "user", "content": [{"type": "image", "image": sample.image},
-                                                 {"type": "text", "text": question}]})
+        messages.append({"role": "system", "content": system_prompt})
+    if sample.image is None:
+        messages.append({"role": "user", "content": question})
+    else:
+        messages.append({"role": "user", "content": [{"type": "image", "image": sample.image},
+                                                     {"type": "text", "text": question}]})
     if with_answer:
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": sample.answer}]})
+        messages.append({"role": "assistant", "content": sample.answer})
     return messages
 
 
-class QwenVLCollator:
-    """Callable turning a list of Samples into one Qwen2.5-VL training batch.
+class VLMCollator:
+    """Callable turning a list of Samples into one training batch, for any supported family.
 
-    Returns a dict (B rows after skips, T the padded length, P the image patches of the batch):
-      input_ids, attention_mask, mm_token_type_ids: LongTensor [B, T], left-padded (pad id, 0, 0);
-      labels: LongTensor [B, T], -100 except the answer tokens and the closing <|im_end|>;
+    Returns a dict (B rows after skips, T the padded length):
+      input_ids, attention_mask: LongTensor [B, T], left-padded (pad id, 0);
+      labels: LongTensor [B, T], -100 except the answer tokens and the family's closing end-of-turn token;
       numeric_mask: BoolTensor [B, T], True where the label is a V_num token;
       skipped_samples: LongTensor [] (only with on_error="skip"), samples of this call left out;
-      pixel_values: FloatTensor [P, C*t*p*p]; image_grid_thw: LongTensor [B, 3];
-      and any other key the processor returns.
+      and every key the processor returns: Qwen VL mm_token_type_ids [B, T], pixel_values [P, C*t*p*p],
+      image_grid_thw [N_img, 3]; Mllama pixel_values [B, I, tiles, C, H, W], aspect_ratio_ids [B, I],
+      aspect_ratio_mask [B, I, tiles], cross_attention_mask [B, T, I, tiles].
 
-    `min_pixels` / `max_pixels` default to the processor's own (`size.shortest_edge` / `longest_edge`).
-    A sample longer than `max_length` tokens, an empty answer, text holding special tokens or an
-    unreadable image is a DataError naming the record; with on_error="skip" it is left out of the batch
-    and counted in `skip_log` (a warning reports the running count).
+    `processor` is the family's processor, or a tokenizer for text LLMs; `family` defaults to the one the
+    processor belongs to. `min_pixels` / `max_pixels` (Qwen VL) default to the processor's own. A sample
+    longer than `max_length` tokens, an empty answer, text holding special tokens, an image for a text-only
+    model or an unusable image is a DataError naming the record; with on_error="skip" it is left out of
+    the batch and counted in `skip_log` (a warning reports the running count).
     """
 
-    def __init__(self, processor, *, numeric_vocab: NumericVocab | None = None, system_prompt: str | None = None,
-                 instruction: str | None = None, max_length: int | None = None, min_pixels: int | None = None,
-                 max_pixels: int | None = None, on_error: str = "raise"):
+    def __init__(self, processor, *, family=None, numeric_vocab: NumericVocab | None = None,
+                 system_prompt: str | None = None, instruction: str | None = None, max_length: int | None = None,
+                 min_pixels: int | None = None, max_pixels: int | None = None, on_error: str = "raise"):
+        from vlm_smmd.families import family_of_processor
+
         check_on_error(on_error)
         self.processor = processor
-        self.tokenizer = tok = processor.tokenizer
+        self.family = family if family is not None else family_of_processor(processor)
+        self.tokenizer = tok = getattr(processor, "tokenizer", processor)
         self.numeric_vocab = numeric_vocab if numeric_vocab is not None else NumericVocab.from_tokenizer(tok)
         self.system_prompt = system_prompt
         self.instruction = instruction
         self.max_length = max_length
         self.on_error = on_error
-        self.skip_log = SkipLog("QwenVLCollator")
+        self.skip_log = SkipLog(type(self).__name__)
 
-        image_processor = processor.image_processor
-        self.merge_size = image_processor.merge_size
-        self.factor = image_processor.patch_size * image_processor.merge_size
-        size = image_processor.size
-        self.min_pixels = min_pixels if min_pixels is not None else size["shortest_edge"]
-        self.max_pixels = max_pixels if max_pixels is not None else size["longest_edge"]
-        if self.min_pixels > self.max_pixels:
-            raise ValueError(f"min_pixels {self.min_pixels} exceeds max_pixels {self.max_pixels}")
+        sizes = self.family.image_sizes(processor) if self.family.vision else None
+        if sizes is not None:
+            self.min_pixels = min_pixels if min_pixels is not None else sizes[0]
+            self.max_pixels = max_pixels if max_pixels is not None else sizes[1]
+            if self.min_pixels > self.max_pixels:
+                raise ValueError(f"min_pixels {self.min_pixels} exceeds max_pixels {self.max_pixels}")
+            self.factor = processor.image_processor.patch_size * processor.image_processor.merge_size
 
         if tok.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token")
         self.pad_id = tok.pad_token_id
-        self.image_token_id = processor.image_token_id
-        self.im_end_id = tok.convert_tokens_to_ids("<|im_end|>")
-        # "<|im_start|>assistant\n" as token ids (151644, 77091, 198 on Qwen2.5): the answer starts after it.
-        self.assistant_header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
+        self.image_token_id = tok.convert_tokens_to_ids(self.family.image_token) if self.family.vision else None
+        self.end_id = tok.convert_tokens_to_ids(self.family.end_of_turn)
+        # the assistant-turn opener as token ids ("<|im_start|>assistant\n" is 151644, 77091, 198 on Qwen2.5)
+        self.assistant_header = tok.encode(self.family.assistant_header, add_special_tokens=False)
         # Text that would be read as control tokens (turn markers, image placeholders) is refused.
         self.special_texts = [t.content for t in tok.added_tokens_decoder.values() if t.special]
 
     # -- per sample -------------------------------------------------------------------------------
-    def resize(self, image):
-        """`image` resized the way qwen_vl_utils.fetch_image does (smart_resize + PIL's default filter)."""
+    def resize(self, image, where: str = ""):
+        """`image` resized the way qwen_vl_utils.fetch_image does (smart_resize + PIL's default filter), for
+        families sized that way; unchanged otherwise. An image smart_resize refuses (an extreme aspect
+        ratio, a side that rounds to nothing) is a DataError."""
+        if self.family.resize_factor is None:
+            return image
         width, height = image.size
-        h, w = smart_resize(height, width, factor=self.factor, min_pixels=self.min_pixels,
-                            max_pixels=self.max_pixels)
+        try:
+            h, w = smart_resize(height, width, factor=self.factor, min_pixels=self.min_pixels,
+                                max_pixels=self.max_pixels)
+        except ValueError as e:
+            raise DataError(f"unusable image size {width}x{height} ({where}): {e}") from None
         return image if (w, h) == (width, height) else image.resize((w, h))
 
     def _prepare(self, sample: Sample, with_answer: bool):
-        """(chat text, resized RGB image) for one sample; DataError naming the record when unusable."""
+        """(chat text, [resized RGB image] or []) for one sample; DataError naming the record when unusable."""
         where = f"record {sample.id!r} of {sample.source}"
         if with_answer:
             if not isinstance(sample.answer, str):
@@ -111,10 +128,13 @@ class QwenVLCollator:
             hit = next((s for s in self.special_texts if s in text), None)
             if hit:
                 raise DataError(f"{name} contains the special token {hit} ({where})")
+        if sample.image is not None and not self.family.vision:
+            raise DataError(f"the sample has an image but {self.family.title} takes text only ({where})")
         messages = build_messages(sample, system_prompt=self.system_prompt, instruction=self.instruction,
                                   with_answer=with_answer)
         text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=not with_answer)
-        return text, self.resize(sample.load_image())
+        images = [] if sample.image is None else [self.resize(sample.load_image(), where)]
+        return text, images
 
     def _gather(self, samples, with_answer: bool, on_error: str):
         kept, texts, images = [], [], []
@@ -132,70 +152,53 @@ class QwenVLCollator:
         return kept, texts, images
 
     # -- per batch --------------------------------------------------------------------------------
-    def _process(self, texts, images) -> dict:
-        """One processor call: tokenise, expand <|image_pad|>, patchify (no resize), pad on the left."""
-        out = self.processor(images=images, text=texts, padding=True, padding_side="left", do_resize=False,
-                             return_tensors="pt")
-        return dict(out)
-
-    def _check_image_tokens(self, batch: dict, kept) -> None:
-        """Each row holds exactly prod(grid) / merge_size^2 <|image_pad|> tokens."""
-        found = (batch["input_ids"] == self.image_token_id).sum(1)
-        expected = batch["image_grid_thw"].prod(1) // self.merge_size**2
-        for row in torch.nonzero(found != expected).flatten().tolist():
-            s = kept[row]
-            raise DataError(f"{int(found[row])} <|image_pad|> tokens for a grid of {int(expected[row])} "
-                            f"(record {s.id!r} of {s.source})")
-
-    def _drop_rows(self, batch: dict, keep: torch.Tensor) -> dict:
-        """The batch without the rows where `keep` [B] is False, and without columns that are all padding."""
-        tokens_per_image = batch["image_grid_thw"].prod(1)
-        patch_keep = keep.repeat_interleave(tokens_per_image)
-        attention = batch["attention_mask"][keep]
-        first = int((attention.sum(0) > 0).long().argmax()) if attention.numel() else 0
-        shape = batch["input_ids"].shape
-        out = {}
-        for key, value in batch.items():
-            if key == "pixel_values":
-                out[key] = value[patch_keep]
-            elif key == "image_grid_thw":
-                out[key] = value[keep]
-            elif torch.is_tensor(value) and value.shape == shape:
-                out[key] = value[keep][:, first:]
-            else:
-                raise RuntimeError(f"QwenVLCollator cannot drop rows from the processor output {key!r}")
-        return out
+    def _process(self, texts, images, kept) -> dict:
+        """One processor call: tokenise (the template wrote every special token), expand image placeholders,
+        process the images, pad on the left; then check each row's placeholder count."""
+        kwargs = dict(text=texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+        if self.family.vision:
+            kwargs.update(images=self.family.images_argument(images), **self.family.processor_kwargs())
+            batch = dict(self.processor(**kwargs))
+            found = (batch["input_ids"] == self.image_token_id).sum(1)
+            expected = self.family.expected_image_tokens(batch, [len(i) for i in images], self.processor)
+            for row in torch.nonzero(found != expected).flatten().tolist():
+                s = kept[row]
+                raise DataError(f"{int(found[row])} {self.family.image_token} tokens where the image needs "
+                                f"{int(expected[row])} (record {s.id!r} of {s.source})")
+            return batch
+        return dict(self.tokenizer(**kwargs))
 
     def _skip_or_raise(self, error: DataError) -> None:
         if self.on_error == "raise":
             raise error
         self.skip_log.add(error)
 
+    def _all_skipped(self, n: int) -> DataError:
+        self.skip_log.report()
+        return DataError(f"every sample of this batch of {n} was skipped: {self.skip_log.summary()}")
+
     def __call__(self, samples: list[Sample]) -> dict:
         if not samples:
-            raise ValueError("QwenVLCollator got an empty list of samples")
+            raise ValueError(f"{type(self).__name__} got an empty list of samples")
         skipped_before = self.skip_log.total
         kept, texts, images = self._gather(samples, with_answer=True, on_error=self.on_error)
         if not kept:
-            self.skip_log.report()
-            raise DataError(f"every sample of this batch of {len(samples)} was skipped: {self.skip_log.summary()}")
-        batch = self._process(texts, images)
-        self._check_image_tokens(batch, kept)
+            raise self._all_skipped(len(samples))
+        batch = self._process(texts, images, kept)
 
         if self.max_length is not None:
             lengths = batch["attention_mask"].sum(1)
-            too_long = lengths > self.max_length
-            for row in torch.nonzero(too_long).flatten().tolist():
+            too_long = (lengths > self.max_length).tolist()
+            for row in [r for r, long in enumerate(too_long) if long]:
                 s = kept[row]
                 self._skip_or_raise(DataError(f"sample too long: {int(lengths[row])} tokens > max_length "
                                               f"{self.max_length} (record {s.id!r} of {s.source})"))
-            if too_long.all():
-                self.skip_log.report()
-                raise DataError(f"every sample of this batch of {len(samples)} was skipped: "
-                                f"{self.skip_log.summary()}")
-            if too_long.any():
-                batch = self._drop_rows(batch, ~too_long)
-                kept = [s for s, long in zip(kept, too_long.tolist()) if not long]
+            if all(too_long):
+                raise self._all_skipped(len(samples))
+            if any(too_long):  # rare: process the rest again rather than cut rows out of every output
+                rows = [r for r, long in enumerate(too_long) if not long]
+                kept, texts, images = [kept[r] for r in rows], [texts[r] for r in rows], [images[r] for r in rows]
+                batch = self._process(texts, images, kept)
 
         batch["labels"] = self._labels(batch["input_ids"], kept)
         batch["numeric_mask"] = self.numeric_vocab.mask(batch["labels"])
@@ -206,10 +209,8 @@ class QwenVLCollator:
         return batch
 
     def _labels(self, input_ids: torch.Tensor, kept) -> torch.Tensor:
-        """LongTensor [B, T]: the ids after the last assistant header through the last <|im_end|>, else -100.
-
-        The span is found by token ids, never by searching the text.
-        """
+        """LongTensor [B, T]: the ids after the last assistant header through the last end-of-turn token,
+        else -100. The span is found by token ids, never by searching the text."""
         B, T = input_ids.shape
         pos = torch.arange(T)
         n = len(self.assistant_header)
@@ -218,7 +219,7 @@ class QwenVLCollator:
             header_end &= input_ids[:, k:T - n + 1 + k] == tid
         last_header = torch.where(header_end, pos[: T - n + 1], -1).amax(1)
         start = last_header + n
-        end = torch.where(input_ids == self.im_end_id, pos, -1).amax(1)  # the closing <|im_end|>
+        end = torch.where(input_ids == self.end_id, pos, -1).amax(1)  # the closing end-of-turn token
         bad = (last_header < 0) | (end <= start)
         for row in torch.nonzero(bad).flatten().tolist():
             s = kept[row]
@@ -230,12 +231,11 @@ class QwenVLCollator:
     def prompt_batch(self, samples: list[Sample]) -> dict:
         """Left-padded generation inputs: the same chats without the assistant turn, ending with the
         assistant header (add_generation_prompt). No labels; errors always raise (rows must match samples).
-
-        Keys: input_ids, attention_mask, mm_token_type_ids [B, T], pixel_values [P, D], image_grid_thw [B, 3].
-        """
+        Keys: what the processor returns (input_ids, attention_mask [B, T], and the image inputs)."""
         if not samples:
             raise ValueError("prompt_batch got an empty list of samples")
         kept, texts, images = self._gather(samples, with_answer=False, on_error="raise")
-        batch = self._process(texts, images)
-        self._check_image_tokens(batch, kept)
-        return batch
+        return self._process(texts, images, kept)
+
+
+QwenVLCollator = VLMCollator  # the name of the first release, where only Qwen2.5-VL existed

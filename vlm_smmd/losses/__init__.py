@@ -2,10 +2,10 @@
 
 from .baselines import DIST2Loss, GaussianCELoss, NTLMSELoss, NTLWASLoss
 from .kernels import build_kernel
-from .objective import AUX_NAMES, NumericObjective, answer_logits, answer_positions
+from .objective import AUX_NAMES, NumericObjective, answer_positions
 from .smmd import SMMDLoss
 
 __all__ = [
     "AUX_NAMES", "DIST2Loss", "GaussianCELoss", "NTLMSELoss", "NTLWASLoss", "NumericObjective", "SMMDLoss",
-    "answer_logits", "answer_positions", "build_kernel",
+    "answer_positions", "build_kernel",
 ]

@@ -1,8 +1,9 @@
 """The training objective from answer-position logits only: CE + lambda * aux at numeric targets.
 
-`answer_logits` runs the LM head on the hidden states of the answer positions only (the positions whose
-next label is not -100, exactly the HF causal-LM shift), so logits for prompt and image tokens are never
-built. `NumericObjective` turns those logits [M, V] and targets [M] into the loss and its logged parts.
+`answer_positions` names the positions whose next label is not -100 (exactly the HF causal-LM shift); the
+trainer computes logits only there (a right-aligned `logits_to_keep` window), so logits for prompt and
+image tokens are never built. `NumericObjective` turns those logits [M, V] and targets [M] into the loss
+and its logged parts.
 """
 
 from __future__ import annotations
@@ -43,20 +44,6 @@ def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, 
     following = labels[:, 1:]
     batch_idx, pos_idx = (following != IGNORE_INDEX).nonzero(as_tuple=True)
     return batch_idx, pos_idx, following[batch_idx, pos_idx]
-
-
-def answer_logits(
-    hidden_states: torch.Tensor, labels: torch.Tensor, lm_head: nn.Module
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits at the answer positions only: hidden_states [B, T, H], labels [B, T] -> ([M, V], targets [M]).
-
-    `lm_head` is called as a module on the gathered [M, H] states (so peft and DeepSpeed ZeRO-3 hooks run).
-    """
-    if hidden_states.shape[:2] != labels.shape:
-        raise ValueError(f"hidden_states {tuple(hidden_states.shape)} and labels {tuple(labels.shape)} "
-                         "must share [B, T]")
-    batch_idx, pos_idx, targets = answer_positions(labels.to(hidden_states.device))
-    return lm_head(hidden_states[batch_idx, pos_idx]), targets
 
 
 def _divide(total: torch.Tensor, denominator) -> torch.Tensor:
