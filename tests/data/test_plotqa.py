@@ -5,8 +5,8 @@ import tracemalloc
 import pytest
 from PIL import Image
 
-from vlm_smmd.data import DataError, plotqa, read_plotqa
-from vlm_smmd.data.plotqa import format_number, iter_json_array
+from vlm_smmd.data import DataError, read_plotqa, records
+from vlm_smmd.data.records import format_number, iter_json_array
 
 
 def _png(path, mode="RGB", size=(40, 30)):
@@ -173,7 +173,7 @@ def test_reading_streams_instead_of_loading_everything(tmp_path, monkeypatch):
     _write(tmp_path, pairs, images=(0, 1, 2))
     del pairs
     path = tmp_path / "test" / "qa_pairs_V2.json"
-    monkeypatch.setattr(plotqa, "CHUNK_BYTES", 1 << 14)  # a window far smaller than the file
+    monkeypatch.setattr(records, "CHUNK_BYTES", 1 << 14)  # a window far smaller than the file
     tracemalloc.start()
     tracemalloc.reset_peak()
     ds = read_plotqa(tmp_path, "test")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from .plotqa import ImageChecker, JsonRecordSamples, answer_text, finish, require
+from .records import ImageChecker, JsonRecordSamples, answer_text, finish, require
 from .sample import DataError, Sample, SkipLog, check_on_error, to_rgb
 
 SUBSETS = ("human", "augmented")

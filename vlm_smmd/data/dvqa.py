@@ -7,7 +7,7 @@ value are digits ("7"), counts are words ("three"); both are kept unchanged (num
 are written without float noise). `meta["template_id"]` is kept as given and `meta["question_type"]` is
 structure | data | reasoning, named by the template id (None if it names none of them).
 
-The file is streamed and indexed like PlotQA's (see `vlm_smmd.data.plotqa`): records are parsed again on
+The file is streamed and indexed like PlotQA's (see `vlm_smmd.data.records`): records are parsed again on
 access. Image checks: confinement to `images/` and existence at read time; PIL `verify()` too with
 `verify_images=True`; otherwise an unreadable image raises DataError from `Sample.load_image()`.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .plotqa import ImageChecker, JsonRecordSamples, answer_text, finish, require
+from .records import ImageChecker, JsonRecordSamples, answer_text, finish, require
 from .sample import Sample, SkipLog, check_on_error
 
 QUESTION_TYPES = ("structure", "data", "reasoning")

@@ -1,0 +1,319 @@
+"""Shared record helpers for the readers: numbers as answer text, a streaming JSON array parser, image
+path checks, required fields, and record sequences backed by byte ranges of one file (JSON arrays for the
+chart sources, lines for the text sources), each record parsed again on access.
+"""
+
+from __future__ import annotations
+
+import codecs
+import itertools
+import json
+import math
+import re
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+from PIL import Image
+
+from .sample import DataError, Sample, SkipLog, resolve_in_root
+
+# ----------------------------------------------------------------------------------------------- numbers
+
+
+def format_number(value, round_digits: int | None = None) -> str:
+    """A JSON number as a plain decimal string without float noise.
+
+    Integers stay exact (`3` -> "3"); floats keep at most 15 significant digits, which is what a double
+    holds reliably, so 51.67 -> "51.67", 3.0 -> "3", 0.1 + 0.2 -> "0.3", 1.2e-05 -> "0.000012"
+    (never an exponent). `round_digits` rounds half-up to that many decimals ("2.675", 2 -> "2.68").
+    Trailing zeros after the point are dropped. Raises ValueError for bools, NaN and infinities.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise ValueError(f"not a number: {value!r}")
+    if isinstance(value, int):
+        number = Decimal(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite number: {value!r}")
+        number = Decimal(format(value, ".15g"))
+    else:
+        if not value.is_finite():
+            raise ValueError(f"not a finite number: {value!r}")
+        number = value
+    if round_digits is not None:
+        number = number.quantize(Decimal(1).scaleb(-round_digits), rounding=ROUND_HALF_UP)
+    text = format(number, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+# ------------------------------------------------------------------------------ streaming JSON arrays
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+CHUNK_BYTES = 1 << 20  # read window of the streaming parser
+
+
+class _JsonStream:
+    """A growing text window over a UTF-8 file, with char -> byte offset bookkeeping."""
+
+    def __init__(self, f, path: Path, chunk_bytes: int):
+        self.f, self.path, self.chunk = f, path, chunk_bytes
+        self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self.buf, self.pos, self.eof = "", 0, False
+        self.ascii = True  # buf holds ASCII only: char offsets are byte offsets
+        self.anchor, self.anchor_byte = 0, 0  # a buf index whose byte offset in the file is known
+
+    def more(self, size: int | None = None) -> bool:
+        """Append the next `size` bytes (a chunk); drops consumed text first. False at end of file."""
+        if self.eof:
+            return False
+        data = self.f.read(size or self.chunk)
+        try:
+            text = self.decoder.decode(data, final=not data)
+        except UnicodeDecodeError as e:
+            raise DataError(f"{self.path}: not valid UTF-8 near byte {self.byte_of(len(self.buf))}: {e}") from None
+        self.eof = not data
+        if self.pos > self.chunk:
+            self.anchor_byte, self.anchor = self.byte_at(self.pos), 0
+            self.buf, self.pos = self.buf[self.pos:], 0
+            self.ascii = self.buf.isascii()
+        self.buf += text
+        self.ascii = self.ascii and text.isascii()
+        return True
+
+    def byte_of(self, p: int) -> int:
+        if self.ascii:
+            return self.anchor_byte + p - self.anchor
+        return self.anchor_byte + len(self.buf[self.anchor:p].encode("utf-8"))
+
+    def byte_at(self, p: int) -> int:
+        """Byte offset of buf[p]; calls must come with non-decreasing p (the anchor moves forward)."""
+        b = self.byte_of(p)
+        self.anchor, self.anchor_byte = p, b
+        return b
+
+    def peek(self) -> str:
+        """The next non-whitespace character ('' at end of file), without consuming it."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self.more():
+                return self.buf[self.pos] if self.pos < len(self.buf) else ""
+
+    def expect(self, chars: str, what: str) -> str:
+        ch = self.peek()
+        if not ch or ch not in chars:
+            found = repr(ch) if ch else "end of file"
+            raise DataError(f"{self.path}: invalid JSON: expected {what} at byte {self.byte_of(self.pos)}, found {found}")
+        self.pos += 1
+        return ch
+
+    def value(self) -> tuple[int, int, object]:
+        """Parse the JSON value at pos; returns (start, end) buf indices and the value."""
+        self.peek()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as e:
+                # Cut at the window's edge, or really malformed? A cut shows within the last token (a
+                # string may be long: read on); anything further back is a real error.
+                cut = e.msg.startswith("Unterminated string") or len(self.buf) - e.pos <= 64
+                if self.eof or not cut:
+                    raise DataError(f"{self.path}: invalid JSON at byte {self.byte_of(e.pos)}: {e.msg}") from None
+                self.more(max(self.chunk, len(self.buf) - self.pos))  # long values: double the window
+                continue
+            if end == len(self.buf) and self.more():
+                continue  # a number may go on in the next chunk
+            start, self.pos = self.pos, end
+            return start, end, value
+
+
+def iter_json_array(path, key: str | None = None, *, chunk_bytes: int | None = None) -> Iterator[tuple[int, int, object]]:
+    """Stream the elements of a JSON array: the whole document (`key=None`) or `document[key]`.
+
+    Yields `(start_byte, end_byte, element)`; `file[start:end]` is the element's exact JSON text. Only one
+    element is alive at a time. Syntax errors raise DataError naming the file and byte offset.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        s = _JsonStream(f, path, chunk_bytes or CHUNK_BYTES)
+        if s.peek() == "\ufeff":  # UTF-8 byte order mark
+            s.pos += 1
+        if key is None:
+            s.expect("[", "'[' (a top-level array)")
+        else:
+            s.expect("{", "'{' (a top-level object)")
+            while True:
+                if s.peek() != '"':
+                    raise DataError(f"{path}: no {key!r} array at the top level")
+                _, _, name = s.value()
+                s.expect(":", "':'")
+                if name == key:
+                    s.expect("[", f"'[' (the {key!r} array)")
+                    break
+                s.value()  # another key's value, skipped
+                if s.expect(",}", "',' or '}'") == "}":
+                    raise DataError(f"{path}: no {key!r} array at the top level")
+        if s.peek() == "]":
+            return
+        for n in itertools.count():
+            try:
+                start, end, value = s.value()
+            except DataError as e:
+                raise DataError(f"{e} (array element #{n})") from None
+            yield s.byte_at(start), s.byte_at(end), value
+            if s.expect(",]", f"',' or ']' after array element #{n}") == "]":
+                return
+
+
+# ---------------------------------------------------------------------------- records backed by a file
+
+
+class ImageChecker:
+    """Resolves image paths inside their root and checks each distinct image once: it exists (always)
+    and PIL `verify()` passes (when `verify`). Resolution is cached per name: many records share an image."""
+
+    def __init__(self, verify: bool = False):
+        self.verify = verify
+        self._seen: dict[Path, str | None] = {}
+        self._paths: dict[tuple[Path, str], Path] = {}
+
+    def resolve(self, folder: Path, relative: str, where: str, source: str) -> Path:
+        """`folder/relative`, DataError if it leaves `folder` (escapes are not cached: they raise each time)."""
+        key = (folder, relative)
+        path = self._paths.get(key)
+        if path is None:
+            path = self._paths[key] = resolve_in_root(folder, relative, record=where, source=source)
+        return path
+
+    def check(self, path: Path, where: str) -> None:
+        """Raise DataError ('image missing' / 'unreadable image') naming the image and `where`."""
+        if path not in self._seen:
+            problem = None
+            if not path.is_file():
+                problem = "image missing"
+            elif self.verify:
+                try:
+                    with Image.open(path) as img:
+                        img.verify()
+                except Exception as e:  # PIL raises many types for bad files
+                    problem = f"unreadable image: {type(e).__name__}: {e}"
+            self._seen[path] = problem
+        problem = self._seen[path]
+        if problem:
+            raise DataError(f"{path}: {problem} ({where})")
+
+
+def require(obj: dict, key: str, types, where: str, *, optional: bool = False):
+    """obj[key] checked against `types` (an optional key may be absent or null -> None); DataError
+    'malformed record' naming `where` otherwise."""
+    if key not in obj or (optional and obj[key] is None):
+        if optional:
+            return None
+        raise DataError(f"{where}: malformed record: missing key {key!r}")
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, types):
+        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        raise DataError(f"{where}: malformed record: {key!r} should be {names}, got {type(value).__name__}")
+    return value
+
+
+def answer_text(value, where: str, round_digits: int | None = None) -> str:
+    """A label as the training target: strings unchanged, numbers through `format_number`."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise DataError(f"{where}: malformed record: empty answer")
+        return value
+    try:
+        return format_number(value, round_digits)
+    except ValueError as e:
+        raise DataError(f"{where}: malformed record: answer {e}") from None
+
+
+class JsonRecordSamples(Sequence):
+    """Samples backed by byte ranges of one JSON file; a record is parsed again on each access.
+
+    Subclasses define `_fields(obj, where)` (validate a record -> tuple, DataError if malformed),
+    `_image_ref(fields) -> (folder, relative name)` and `_sample(fields, record_no, image_path)`.
+    """
+
+    source = "json"
+
+    def __init__(self, path: Path, skip_log: SkipLog):
+        self.path = Path(path)
+        self.skip_log = skip_log
+        self._starts = array("q")
+        self._lengths = array("I")
+        self._skips: list[int] = []  # for each skipped record, the kept index that came after it
+
+    def _scan(self, key: str | None, on_error: str, checker: ImageChecker, max_records: int | None) -> None:
+        for record_no, (start, end, obj) in enumerate(iter_json_array(self.path, key)):
+            where = f"record #{record_no} in {self.path}"
+            try:
+                if not isinstance(obj, dict):
+                    raise DataError(f"{where}: malformed record: expected an object, got {type(obj).__name__}")
+                fields = self._fields(obj, where)
+                folder, relative = self._image_ref(fields)
+                checker.check(checker.resolve(folder, relative, where, self.source), where)
+            except DataError as e:
+                if on_error == "raise":
+                    raise
+                self.skip_log.add(e)
+                self._skips.append(len(self._starts))
+                continue
+            self._starts.append(start)
+            self._lengths.append(end - start)
+            if max_records is not None and len(self._starts) >= max_records:
+                break
+
+    @property
+    def skipped(self) -> int:
+        return len(self._skips)
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def record_number(self, i: int) -> int:
+        """Position in the file's array of the i-th kept record."""
+        return i + bisect_right(self._skips, i)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self._starts)
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} out of range for {n} records")
+        record_no = self.record_number(i)
+        where = f"record #{record_no} in {self.path}"
+        with open(self.path, "rb") as f:
+            f.seek(self._starts[i])
+            try:
+                obj = json.loads(f.read(self._lengths[i]))
+            except ValueError:
+                raise DataError(f"{where}: no longer valid JSON (was the file changed after reading?)") from None
+        fields = self._fields(obj, where)
+        folder, relative = self._image_ref(fields)
+        return self._sample(fields, record_no, folder / relative)  # confined to folder: checked by _scan
+
+    def _fields(self, obj: dict, where: str) -> tuple:
+        raise NotImplementedError
+
+    def _image_ref(self, fields: tuple) -> tuple[Path, str]:
+        raise NotImplementedError
+
+    def _sample(self, fields: tuple, record_no: int, image: Path) -> Sample:
+        raise NotImplementedError
+
+
+def finish(dataset, on_error: str):
+    """Report skips to the user (a warning) and expose the count as `dataset.skipped`."""
+    if on_error == "skip":
+        dataset.skip_log.report()
+    return dataset
