@@ -9,13 +9,14 @@ from importlib import import_module
 COMMANDS = {
     "clocks": ("data_synth.writer", "clocks_main", "render an analog-clock dataset (HF imagefolder per split)"),
     "charts": ("data_synth.charts", "main", "render charts with known values in ChartQA / PlotQA / DVQA layout"),
+    "arithmetic": ("data_synth.arithmetic", "main", "arithmetic problems with exact answers (JSONL per split)"),
     "gallery": ("data_synth.clocks", "gallery_main", "a labelled grid of varied clocks as one PNG"),
 }
 
 
 def usage() -> str:
     lines = ["usage: data-synth COMMAND [options]   (data-synth COMMAND --help for its options)", "", "commands:"]
-    lines += [f"  {name:<8} {text}" for name, (_, _, text) in COMMANDS.items()]
+    lines += [f"  {name:<10} {text}" for name, (_, _, text) in COMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -27,8 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] not in COMMANDS:
         print(f"data-synth: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
         return 2
+    from .writer import interrupt_status, sigterm_as_interrupt
+
     module, func, _ = COMMANDS[argv[0]]
-    return getattr(import_module(module), func)(argv[1:]) or 0
+    try:
+        with sigterm_as_interrupt():  # SIGTERM ends a command like Ctrl-C: workers stopped, one line said
+            return getattr(import_module(module), func)(argv[1:]) or 0
+    except KeyboardInterrupt as e:
+        return interrupt_status(e)
 
 
 if __name__ == "__main__":

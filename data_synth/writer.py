@@ -9,7 +9,9 @@ Layout of `out/`:
 Image `index` (0..num-1) gets its own seed from (seed, index) alone, so the bytes do not depend on the
 worker count or on interruptions. Splits take contiguous index blocks in the order given. The dataset is
 built in `.{out}.partial` next to `out` and renamed when complete; `resume=True` continues a partial
-folder (rows of finished images are kept in its progress.jsonl).
+folder (rows of finished images are kept in its progress.jsonl). `build_dataset` is that machinery for
+any item-by-item dataset (the arithmetic writer uses it too); `encode_png` is the fast PNG encoder, and
+`sigterm_as_interrupt` makes SIGTERM end a command the way Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ import os
 import random
 import re
 import shutil
+import signal
 import struct
 import sys
+import threading
 import zlib
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
@@ -120,8 +125,30 @@ def _item_seed(seed: int, index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"clocks:{seed}:{index}".encode()).digest()[:8], "little") >> 1
 
 
+def split_bounds(num: int, splits: dict[str, float], noun: str = "item") -> list[tuple[int, int, str]]:
+    """Contiguous index blocks (start, stop, name) per split, in the order given; ValueError when a split
+    would be empty."""
+    counts = split_counts(num, splits)
+    empty = [name for name, n in counts.items() if n == 0]
+    if empty:
+        raise ValueError(f"splits: {', '.join(empty)} would get no {noun} of {num}; raise num")
+    bounds, start = [], 0
+    for name, n in counts.items():
+        bounds.append((start, start + n, name))
+        start += n
+    return bounds
+
+
 class _Plan:
-    """Everything that decides the bytes of a dataset, and the recipe for one image from it."""
+    """Everything that decides the bytes of a clock dataset, and the recipe for one image from it.
+
+    The dataset builder (`build_dataset`) drives any plan with this interface: `cfg` (JSON-ready, saved as
+    generation.json), `name` (the command), `noun` and `unit` (messages, progress bar), `chunk` (items per
+    worker task), `render(index, root) -> progress line` (JSON with "index"),
+    `is_done(row, root)` (is a logged item still intact on disk) and `finish(root, done)`.
+    """
+
+    name, noun, unit, chunk = "clocks", "images", "img", 64
 
     def __init__(self, cfg: dict):
         self.cfg = cfg
@@ -136,14 +163,7 @@ class _Plan:
         self.times = cfg["times"]
         if self.times is not None:
             self.cum = np.cumsum([w for *_, w in self.times]).tolist()
-        counts = split_counts(cfg["num"], cfg["splits"])
-        empty = [name for name, n in counts.items() if n == 0]
-        if empty:
-            raise ValueError(f"splits: {', '.join(empty)} would get no image of {cfg['num']}; raise num")
-        self.bounds, start = [], 0
-        for name, n in counts.items():
-            self.bounds.append((start, start + n, name))
-            start += n
+        self.bounds = split_bounds(cfg["num"], cfg["splits"], "image")
 
     def _force(self, key, value, why):
         if self.style.get(key, value) != value:
@@ -180,6 +200,19 @@ class _Plan:
                **style.to_dict()}
         return row, style
 
+    def render(self, index: int, root: Path) -> str:
+        return _render_item(self, index, root)
+
+    def is_done(self, row: dict, root: Path) -> bool:
+        return (root / self.split_of(row["index"]) / row["file_name"]).is_file()
+
+    def finish(self, root: Path, done: dict[int, str]) -> None:
+        """Write each split's metadata.jsonl, rows in index order."""
+        for lo, hi, name in self.bounds:
+            (root / name).mkdir(exist_ok=True)
+            with open(root / name / "metadata.jsonl", "w", encoding="utf-8") as f:
+                f.writelines(done[i] + "\n" for i in range(lo, hi))
+
 
 def _render_item(plan: _Plan, index: int, root: Path) -> str:
     """Draw image `index`, write it (atomically) under root/split/, return its metadata line."""
@@ -194,12 +227,28 @@ def _render_item(plan: _Plan, index: int, root: Path) -> str:
     return json.dumps(row)
 
 
-def encode_png(img) -> bytes:
-    """PNG bytes of an RGB (or L) image: the 'Up' filter on every row and zlib's RLE strategy.
+# PIL modes whose conversion to RGB or L loses nothing (palette lookup, 1-bit -> 0/255) or is defined
+# by the mode itself (YCbCr: the JPEG/JFIF transform). Alpha, CMYK (needs a colour profile), LAB, HSV,
+# 16/32-bit and float modes are refused rather than guessed.
+_CONVERTIBLE = {"1": "L", "P": "RGB", "YCbCr": "RGB"}
 
+
+def encode_png(img) -> bytes:
+    """PNG bytes of an image: the 'Up' filter on every row and zlib's RLE strategy.
+
+    RGB and L images are written as they are; 1-bit, opaque palette (P) and YCbCr images are converted
+    first (to L, RGB, RGB: the same pixels as PIL's `convert`); any other mode (alpha channels, P with a
+    transparent index, CMYK, LAB, HSV, I;16, I, F, ...) is a ValueError naming it.
     About twice as fast as Pillow's encoder (which tries every filter on every row) at a similar size;
     lossless (decoding gives the same pixels) and deterministic.
     """
+    mode = getattr(img, "mode", None)
+    if mode in _CONVERTIBLE and not (mode == "P" and "transparency" in img.info):
+        img = img.convert(_CONVERTIBLE[mode])
+    elif mode not in ("RGB", "L"):
+        what = "a palette with a transparent index" if mode == "P" else f"mode {mode}"
+        raise ValueError(f"encode_png writes RGB or L images (1, P and YCbCr are converted); got {what}: "
+                         "convert it yourself (e.g. flatten alpha onto a background) first")
     a = np.asarray(img)
     if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] != 3):
         raise ValueError(f"encode_png takes 8-bit RGB or L images, got mode {img.mode}")
@@ -220,19 +269,147 @@ def encode_png(img) -> bytes:
             + chunk(b"IDAT", data) + chunk(b"IEND", b""))
 
 
+# ---------------------------------------------------------------------------------- interruptions
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main process so that a run ends the way Ctrl-C ends it."""
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """While inside, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread, so worker pools
+    are shut down and partial output is closed cleanly; a second SIGTERM during that clean-up is ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupt_status(error: KeyboardInterrupt) -> int:
+    """Exit status of a command stopped by a signal: 128 + SIGTERM (143) or 128 + SIGINT (130)."""
+    return 128 + (signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT)
+
+
+def ignore_sigint() -> None:
+    """Pool worker initialiser: Ctrl-C reaches the whole process group; only the parent handles it (it
+    terminates the pool), so workers print no KeyboardInterrupt tracebacks."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 # ------------------------------------------------------------------------------------------- writer
 
-_WORKER_PLAN: _Plan | None = None
+_WORKER_PLAN = None
 
 
-def _worker_init(cfg: dict) -> None:
+def _worker_init(plan_class, cfg: dict) -> None:
     global _WORKER_PLAN
-    _WORKER_PLAN = _Plan(cfg)
+    ignore_sigint()
+    _WORKER_PLAN = plan_class(cfg)
 
 
 def _worker_run(task: tuple[str, list[int]]) -> list[str]:
     root, indices = task
-    return [_render_item(_WORKER_PLAN, i, Path(root)) for i in indices]
+    return [_WORKER_PLAN.render(i, Path(root)) for i in indices]
+
+
+def build_dataset(out, plan, *, workers: int = 1, resume: bool = False, overwrite: bool = False,
+                  progress: bool = True) -> Path:
+    """Build the dataset `plan` describes at `out`: in `.{out}.partial`, item by item (in `workers`
+    processes), each finished item logged in progress.jsonl so `resume=True` continues an interrupted
+    run; then `plan.finish` and a rename. Refuses an existing `out` unless `overwrite` (the old one is
+    replaced only once the new one is complete). Returns `out`."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    num = plan.cfg["num"]
+    out = Path(out)
+    tmp = out.parent / f".{out.name}.partial"
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
+    done = _prepare(tmp, plan, resume)
+    todo = [i for i in range(num) if i not in done]
+
+    from tqdm.auto import tqdm
+
+    with open(tmp / "progress.jsonl", "a", encoding="utf-8") as log, \
+            tqdm(total=num, initial=num - len(todo), desc=f"{plan.name} -> {out.name}", unit=plan.unit,
+                 disable=not progress, smoothing=0.05) as bar:
+        try:
+            if workers == 1:
+                for i in todo:
+                    done[i] = plan.render(i, tmp)
+                    log.write(done[i] + "\n")
+                    bar.update(1)
+            else:
+                import multiprocessing as mp
+
+                chunk = max(1, min(plan.chunk, len(todo) // (workers * 8)))
+                tasks = [(str(tmp), todo[k:k + chunk]) for k in range(0, len(todo), chunk)]
+                with mp.get_context("spawn").Pool(workers, _worker_init, (type(plan), plan.cfg)) as pool:
+                    for (_, indices), lines in zip(tasks, pool.imap(_worker_run, tasks)):
+                        for i, line in zip(indices, lines):
+                            done[i] = line
+                            log.write(line + "\n")
+                        log.flush()
+                        bar.update(len(lines))
+        except BaseException:
+            bar.close()
+            print(f"data-synth {plan.name}: interrupted with {len(done)} of {num} {plan.noun} done; the partial "
+                  f"dataset is in {tmp}; rerun with --resume to finish it", file=sys.stderr)
+            raise
+
+    plan.finish(tmp, done)
+    (tmp / "progress.jsonl").unlink()
+    if out.exists():  # overwrite: swap in the new dataset, then delete the old one
+        old = out.parent / f".{out.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, out)
+    return out
+
+
+def _prepare(tmp: Path, plan, resume: bool) -> dict[int, str]:
+    """Create (or, resuming, check) the partial folder; return {index: progress line} already done."""
+    cfg = plan.cfg
+    cfg_path = tmp / "generation.json"
+    if tmp.exists() and not resume:
+        raise FileExistsError(f"{tmp} holds an interrupted run; pass --resume to continue it, or delete it")
+    if not tmp.exists():
+        if resume:
+            print(f"data-synth {plan.name}: nothing to resume at {tmp}; starting afresh", file=sys.stderr)
+        tmp.mkdir(parents=True)
+        cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
+        return {}
+    saved = json.loads(cfg_path.read_text())
+    if saved != json.loads(json.dumps(cfg)):
+        diff = sorted(k for k in set(saved) | set(cfg) if saved.get(k) != json.loads(json.dumps(cfg.get(k))))
+        raise ValueError(f"cannot resume {tmp}: it was started with different arguments ({', '.join(diff)})")
+    done = {}
+    log = tmp / "progress.jsonl"
+    if log.exists():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+                index = row["index"]
+                intact = 0 <= index < cfg["num"] and plan.is_done(row, tmp)
+            except (ValueError, KeyError, TypeError):
+                continue  # the line being written when the run stopped; that item is made again
+            if intact:
+                done[index] = line
+        # rewrite the log without torn lines, so appends start on a fresh line
+        log.write_text("".join(done[i] + "\n" for i in sorted(done)), encoding="utf-8")
+    return done
 
 
 def write_clock_dataset(out, num: int, seed: int = 0, *, size: int = 448,
@@ -251,59 +428,9 @@ def write_clock_dataset(out, num: int, seed: int = 0, *, size: int = 448,
     """
     cfg = _config(num, seed, size, splits, answer_format, with_seconds, style, plain, times, questions,
                   system_font_pool)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     plan = _Plan(cfg)
     plan.item(0)  # fail early on a style that cannot be drawn
-    out = Path(out)
-    tmp = out.parent / f".{out.name}.partial"
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    done = _prepare(tmp, cfg, resume)
-    todo = [i for i in range(num) if i not in done]
-
-    from tqdm.auto import tqdm
-
-    with open(tmp / "progress.jsonl", "a", encoding="utf-8") as log, \
-            tqdm(total=num, initial=num - len(todo), desc=f"clocks -> {out.name}", unit="img",
-                 disable=not progress, smoothing=0.05) as bar:
-        try:
-            if workers == 1:
-                for i in todo:
-                    done[i] = _render_item(plan, i, tmp)
-                    log.write(done[i] + "\n")
-                    bar.update(1)
-            else:
-                import multiprocessing as mp
-
-                chunk = max(1, min(64, len(todo) // (workers * 8)))
-                tasks = [(str(tmp), todo[k:k + chunk]) for k in range(0, len(todo), chunk)]
-                with mp.get_context("spawn").Pool(workers, _worker_init, (cfg,)) as pool:
-                    for (_, indices), lines in zip(tasks, pool.imap(_worker_run, tasks)):
-                        for i, line in zip(indices, lines):
-                            done[i] = line
-                            log.write(line + "\n")
-                        log.flush()
-                        bar.update(len(lines))
-        except BaseException:
-            print(f"data-synth clocks: interrupted with {len(done)} of {num} images done; the partial dataset "
-                  f"is in {tmp}; rerun with --resume to finish it", file=sys.stderr)
-            raise
-
-    for lo, hi, name in plan.bounds:
-        (tmp / name).mkdir(exist_ok=True)
-        with open(tmp / name / "metadata.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(done[i] + "\n" for i in range(lo, hi))
-    (tmp / "progress.jsonl").unlink()
-    if out.exists():  # overwrite: swap in the new dataset, then delete the old one
-        old = out.parent / f".{out.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, out)
-    return out
+    return build_dataset(out, plan, workers=workers, resume=resume, overwrite=overwrite, progress=progress)
 
 
 def _config(num, seed, size, splits, answer_format, with_seconds, style, plain, times, questions,
@@ -337,38 +464,6 @@ def _config(num, seed, size, splits, answer_format, with_seconds, style, plain, 
     return {"num": num, "seed": seed, "size": size, "splits": splits, "answer_format": answer_format,
             "with_seconds": bool(with_seconds), "style": style, "plain": bool(plain), "times": times,
             "questions": questions, "fonts": fonts}
-
-
-def _prepare(tmp: Path, cfg: dict, resume: bool) -> dict[int, str]:
-    """Create (or, resuming, check) the partial folder; return {index: metadata line} already done."""
-    cfg_path = tmp / "generation.json"
-    if tmp.exists() and not resume:
-        raise FileExistsError(f"{tmp} holds an interrupted run; pass --resume to continue it, or delete it")
-    if not tmp.exists():
-        if resume:
-            print(f"data-synth clocks: nothing to resume at {tmp}; starting afresh", file=sys.stderr)
-        tmp.mkdir(parents=True)
-        cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
-        return {}
-    saved = json.loads(cfg_path.read_text())
-    if saved != json.loads(json.dumps(cfg)):
-        diff = sorted(k for k in set(saved) | set(cfg) if saved.get(k) != json.loads(json.dumps(cfg.get(k))))
-        raise ValueError(f"cannot resume {tmp}: it was started with different arguments ({', '.join(diff)})")
-    done = {}
-    log = tmp / "progress.jsonl"
-    if log.exists():
-        plan = _Plan(cfg)
-        for line in log.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-                index = row["index"]
-            except (ValueError, KeyError, TypeError):
-                continue  # the line being written when the run stopped; that image is drawn again
-            if (tmp / plan.split_of(index) / row["file_name"]).is_file():
-                done[index] = line
-        # rewrite the log without torn lines, so appends start on a fresh line
-        log.write_text("".join(done[i] + "\n" for i in sorted(done)), encoding="utf-8")
-    return done
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -458,7 +553,7 @@ def clocks_main(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError) as e:
         print(f"data-synth clocks: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:
+        return interrupt_status(e)
     print(f"wrote {args.num} clocks to {out}")
     return 0

@@ -1,0 +1,204 @@
+"""data-synth arithmetic: every answer re-derived with Fraction, options honoured, bytes independent of the
+worker count, atomic output and --resume, the CLI."""
+
+import json
+import math
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+import data_synth.arithmetic as arithmetic
+from data_synth.arithmetic import main, write_arithmetic_dataset
+
+QUIET = dict(progress=False)
+CANONICAL = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?$")  # no exponent, no leading zeros, no "+"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def records(root: Path, split: str) -> list[dict]:
+    return [json.loads(line) for line in (root / split).with_suffix(".jsonl").read_text().splitlines()]
+
+
+def places_of(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def integer_digits(text: str) -> int:
+    return len(text.lstrip("-").split(".")[0])
+
+
+def derive(rec: dict, div_places) -> Fraction:
+    """The exact answer from the operands, computed independently with Fraction."""
+    a, b = (Fraction(x) for x in rec["operands"])
+    op = rec["operation"]
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if div_places is None:
+        return a / b
+    scale = 10 ** div_places
+    return Fraction(math.floor(a / b * scale + Fraction(1, 2)), scale)  # half up (a, b >= 0)
+
+
+def check(root: Path, splits, *, digits, places, div_places, negatives, operations) -> dict:
+    """Checks every record of a dataset; returns counts of what was seen."""
+    seen = {"ops": set(), "negative": 0, "digits": set(), "ids": set(), "rounded_up": 0}
+    for split in splits:
+        for rec in records(root, split):
+            assert list(rec) == ["id", "question", "answer", "operation", "operands", "split"]
+            assert rec["split"] == split and rec["id"] not in seen["ids"]
+            seen["ids"].add(rec["id"])
+            op, (a, b), answer = rec["operation"], rec["operands"], rec["answer"]
+            assert op in operations
+            seen["ops"].add(op)
+            for text, (lo, hi) in ((a, digits[0]), (b, digits[1])):
+                assert CANONICAL.match(text) and places_of(text) == places and not text.startswith("-")
+                if not (op == "div" and div_places is None and text == a):  # exact dividends follow b * q
+                    assert lo <= integer_digits(text) <= hi, rec
+                seen["digits"].add(integer_digits(text))
+            assert CANONICAL.match(answer) and answer not in ("-0",) and not re.match(r"^-0(\.0+)?$", answer), rec
+            assert Fraction(answer) == derive(rec, div_places), rec
+            want_places = {"add": places, "sub": places, "mul": 2 * places}.get(op, div_places or 0)
+            assert places_of(answer) == want_places, rec
+            symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
+            assert rec["question"].startswith(f"What is {a} {symbol} {b}") and rec["question"].endswith("?")
+            if op == "div":
+                assert Fraction(b) != 0
+                if div_places is None:
+                    assert Fraction(answer).denominator == 1 and Fraction(answer) >= 1
+                    assert integer_digits(a) <= digits[0][1]
+                else:
+                    assert "rounded to" in rec["question"]
+                    seen["rounded_up"] += Fraction(answer) > Fraction(a) / Fraction(b)
+            if Fraction(answer) < 0:
+                assert op == "sub" and negatives
+                seen["negative"] += 1
+    return seen
+
+
+@pytest.mark.parametrize("opts", [
+    dict(),
+    dict(places=2, negatives=True),
+    dict(digits=((2, 4), (1, 2)), div_places=3, negatives=True),
+    dict(digits=3, places=1, operations=("mul", "div"), div_places=0),
+    dict(digits=((1, 1), (1, 1)), operations=("div",)),
+])
+def test_every_answer_rederived_and_options_honoured(tmp_path, opts):
+    settings = dict(digits=((1, 3), (1, 3)), places=0, div_places=None, negatives=False,
+                    operations=("add", "sub", "mul", "div")) | opts
+    out = write_arithmetic_dataset(tmp_path / "ds", 1500, seed=5, splits="train=0.8,test=0.2", **settings, **QUIET)
+    digits = settings["digits"]
+    digits = [[digits] * 2] * 2 if isinstance(digits, int) else [list(d) for d in digits]
+    seen = check(out, ("train", "test"), **(settings | {"digits": digits}))
+    assert len(records(out, "train")) == 1200 and len(records(out, "test")) == 300
+    assert seen["ops"] == set(settings["operations"])
+    assert seen["digits"] >= {lo for lo, _ in digits} | {hi for _, hi in digits}
+    if settings["negatives"] and "sub" in settings["operations"]:
+        assert seen["negative"] > 0
+    if settings["div_places"] is not None:
+        assert seen["rounded_up"] > 0  # half-up rounding does round up, not only truncate
+    saved = json.loads((out / "generation.json").read_text())
+    assert saved["num"] == 1500 and saved["seed"] == 5 and saved["places"] == settings["places"]
+    assert saved["div_places"] == settings["div_places"] and saved["digits"] == digits
+    assert saved["operations"] == list(settings["operations"]) and saved["negatives"] == settings["negatives"]
+    assert saved["splits"] == {"train": 0.8, "test": 0.2}
+
+
+def test_fixed_point_text():
+    assert [arithmetic.fixed(n, p) for n, p in [(5, 2), (-1230, 2), (0, 3), (7, 0), (-7, 0), (100, 1)]] == [
+        "0.05", "-12.30", "0.000", "7", "-7", "10.0"]
+
+
+def test_same_bytes_whatever_the_worker_count(tmp_path):
+    a = write_arithmetic_dataset(tmp_path / "a", 6000, seed=3, places=1, workers=1, **QUIET)
+    b = write_arithmetic_dataset(tmp_path / "b", 6000, seed=3, places=1, workers=2, **QUIET)
+    assert tree(a) == tree(b) and set(tree(a)) == {"generation.json", "train.jsonl", "test.jsonl"}
+    c = write_arithmetic_dataset(tmp_path / "c", 6000, seed=4, places=1, workers=1, **QUIET)
+    assert tree(c)["train.jsonl"] != tree(a)["train.jsonl"]
+
+
+def test_interrupted_run_resumes_to_the_same_bytes(tmp_path, monkeypatch):
+    reference = write_arithmetic_dataset(tmp_path / "ref", 300, seed=11, **QUIET)
+    real = arithmetic._Plan.render
+    calls = []
+
+    def failing(plan, index, root):
+        if len(calls) == 120:
+            raise KeyboardInterrupt
+        calls.append(index)
+        return real(plan, index, root)
+
+    monkeypatch.setattr(arithmetic._Plan, "render", failing)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        write_arithmetic_dataset(out, 300, seed=11, **QUIET)
+    assert not out.exists()
+    partial = tmp_path / ".out.partial"
+    with open(partial / "progress.jsonl", "a") as f:  # a line torn by the interruption
+        f.write('{"index": 120, "id": "tra')
+    with pytest.raises(FileExistsError, match="--resume"):
+        write_arithmetic_dataset(out, 300, seed=11, **QUIET)
+    with pytest.raises(ValueError, match="places"):
+        write_arithmetic_dataset(out, 300, seed=11, places=1, resume=True, **QUIET)
+
+    calls.clear()
+    monkeypatch.setattr(arithmetic._Plan, "render", lambda plan, i, root: calls.append(i) or real(plan, i, root))
+    write_arithmetic_dataset(out, 300, seed=11, resume=True, **QUIET)
+    assert sorted(calls) == list(range(120, 300))  # the finished problems were not made again
+    assert not partial.exists() and tree(out) == tree(reference)
+
+
+def test_existing_output_needs_overwrite(tmp_path):
+    out = write_arithmetic_dataset(tmp_path / "o", 20, seed=0, **QUIET)
+    before = tree(out)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        write_arithmetic_dataset(out, 20, seed=1, **QUIET)
+    assert tree(out) == before
+    write_arithmetic_dataset(out, 30, seed=1, overwrite=True, **QUIET)
+    assert len(records(out, "train")) + len(records(out, "test")) == 30
+    assert not list(tmp_path.glob(".o.*"))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num=0), "num"), (dict(operations=("add", "pow")), "operations"), (dict(operations=()), "operations"),
+    (dict(digits=((1, 2), (3, 3))), "exact division"), (dict(digits=((0, 2), (1, 1))), "1 <= lowest"),
+    (dict(digits=((3, 2), (1, 1))), "1 <= lowest"), (dict(digits=(1, 2, 3)), "digits"),
+    (dict(places=-1), "places"), (dict(div_places=1.5), "div_places"), (dict(splits="train=0.5"), "sum to 1"),
+    (dict(num=1), "test would get no problem"), (dict(workers=0), "workers"),
+])
+def test_bad_arguments_raise_and_write_nothing(tmp_path, kwargs, match):
+    args = dict(num=10, **QUIET) | kwargs
+    with pytest.raises(ValueError, match=match):
+        write_arithmetic_dataset(tmp_path / "x", args.pop("num"), **args)
+    assert not list(tmp_path.iterdir())
+
+
+def test_long_divisors_are_fine_when_quotients_are_rounded(tmp_path):
+    out = write_arithmetic_dataset(tmp_path / "r", 200, digits=((1, 2), (3, 3)), div_places=2,
+                                   operations=("div",), splits={"train": 1.0}, **QUIET)
+    check(out, ("train",), digits=[[1, 2], [3, 3]], places=0, div_places=2, negatives=False, operations=("div",))
+
+
+def test_cli(tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main(["--num", "50", "--seed", "2", "--out", str(out), "--digits", "2-3,1", "--places", "1",
+                 "--operations", "add,div", "--div-places", "2", "--splits", "train=0.5,dev=0.5",
+                 "--no-progress"]) == 0
+    assert "wrote 50 arithmetic problems" in capsys.readouterr().out
+    seen = check(out, ("train", "dev"), digits=[[2, 3], [1, 1]], places=1, div_places=2, negatives=False,
+                 operations=("add", "div"))
+    assert seen["ops"] == {"add", "div"}
+    assert main(["--num", "50", "--seed", "2", "--out", str(out), "--no-progress"]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["--num", "5", "--out", str(tmp_path / "bad"), "--operations", "mod", "--no-progress"]) == 2
+    assert "operations" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--num", "5", "--out", str(tmp_path / "bad"), "--digits", "a-b"])
