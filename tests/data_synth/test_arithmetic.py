@@ -1,5 +1,5 @@
 """data-synth arithmetic: every answer re-derived with Fraction, options honoured, bytes independent of the
-worker count, atomic output and --resume, the CLI."""
+worker count, atomic output and --resume (also after a real SIGTERM), the CLI."""
 
 import json
 import math
@@ -11,6 +11,7 @@ import pytest
 
 import data_synth.arithmetic as arithmetic
 from data_synth.arithmetic import main, write_arithmetic_dataset
+from tests.data_synth.signals import logged_lines, terminate_when
 
 QUIET = dict(progress=False)
 CANONICAL = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?$")  # no exponent, no leading zeros, no "+"
@@ -202,3 +203,18 @@ def test_cli(tmp_path, capsys):
     assert "operations" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--num", "5", "--out", str(tmp_path / "bad"), "--digits", "a-b"])
+
+
+def test_sigterm_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp_path, monkeypatch):
+    num = 100_000
+    args = ["arithmetic", "--num", str(num), "--seed", "8", "--out", "ds", "--workers", "2", "--no-progress"]
+    status, err = terminate_when(args, tmp_path, lambda: logged_lines(tmp_path / ".ds.partial" / "progress.jsonl") > 0)
+    assert status == 143 and "Traceback" not in err and "leaked" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(
+        rf"data-synth arithmetic: interrupted with \d+ of {num} problems done; the partial dataset is in "
+        r"\.ds\.partial; rerun with --resume to finish it", lines[0]), err
+    assert not (tmp_path / "ds").exists()
+    monkeypatch.chdir(tmp_path)
+    assert main(args[1:] + ["--resume"]) == 0
+    assert tree(tmp_path / "ds") == tree(write_arithmetic_dataset(tmp_path / "ref", num, seed=8, **QUIET))

@@ -1,8 +1,10 @@
 """The dataset writer: determinism across workers, imagefolder + read_clocks loading, answers, atomic
-writes and --resume, the CLI, and the PNG encoder."""
+writes and --resume (also after a real SIGTERM), the CLI, and the PNG encoder."""
 
 import io
 import json
+import re
+import signal
 from datetime import time
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from PIL import Image
 import data_synth.writer as writer
 from data_synth.clocks import ClockStyle, render_clock
 from data_synth.writer import clocks_main, encode_png, write_clock_dataset
+from tests.data_synth.signals import logged_lines, terminate_when
 
 SMALL = dict(size=64, progress=False)
 
@@ -177,6 +180,33 @@ def test_cli_with_style_options(tmp_path, capsys):
     assert "shade" in capsys.readouterr().err
 
 
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("signum, group", [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["term", "ctrl-c"])
+def test_signal_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp_path, in_tmp, signum, group):
+    """Issue 14.8: SIGTERM to `data-synth clocks --workers 2` printed ~60 lines of BrokenPipe tracebacks.
+    SIGTERM goes to the main process alone (`kill PID`); Ctrl-C reaches the workers too."""
+    num = 2000
+    args = ["clocks", "--num", str(num), "--seed", "6", "--size", "64", "--out", "ds", "--workers", "2",
+            "--no-progress"]
+    status, err = terminate_when(args, tmp_path, lambda: logged_lines(tmp_path / ".ds.partial" / "progress.jsonl") >= 64,
+                                 signum=signum, group=group)
+    assert status == 128 + signum  # as a shell reports a command ended by that signal
+    assert "Traceback" not in err and "leaked" not in err and "Error" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(
+        rf"data-synth clocks: interrupted with (\d+) of {num} images done; the partial dataset is in "
+        r"\.ds\.partial; rerun with --resume to finish it", lines[0]), err
+    assert 64 <= int(re.search(r"with (\d+)", lines[0])[1]) < num
+    assert not (tmp_path / "ds").exists()
+    assert clocks_main(args[1:] + ["--resume"]) == 0
+    reference = write_clock_dataset(tmp_path / "ref", num, seed=6, size=64, progress=False)
+    assert tree(tmp_path / "ds") == tree(reference)
+
+
 def test_encode_png_is_lossless():
     rng = np.random.default_rng(0)
     for arr in (rng.integers(0, 256, (37, 53, 3), dtype=np.uint8), rng.integers(0, 256, (20, 9), dtype=np.uint8),
@@ -184,5 +214,34 @@ def test_encode_png_is_lossless():
         img = Image.fromarray(arr)
         back = Image.open(io.BytesIO(encode_png(img)))
         assert back.mode == img.mode and np.array_equal(np.asarray(back), arr)
-    with pytest.raises(ValueError, match="RGBA"):
-        encode_png(Image.new("RGBA", (4, 4)))
+
+
+def test_encode_png_converts_palette_bilevel_and_ycbcr_like_pil():
+    """Issue 14.9: a P-mode image's palette indices were written as grey levels."""
+    rng = np.random.default_rng(1)
+    rgb = Image.fromarray(rng.integers(0, 256, (23, 31, 3), dtype=np.uint8))
+    palette = rgb.quantize(colors=40)
+    assert palette.mode == "P"
+    indices = np.asarray(palette)
+    cases = [(palette, "RGB"), (rgb.convert("1"), "L"), (rgb.convert("YCbCr"), "RGB")]
+    for img, written in cases:
+        back = Image.open(io.BytesIO(encode_png(img)))
+        assert back.mode == written
+        assert np.array_equal(np.asarray(back), np.asarray(img.convert(written))), img.mode
+    # the palette colours themselves, looked up by hand, not the indices
+    lut = np.array(palette.getpalette(), np.uint8).reshape(-1, 3)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(encode_png(palette)))), lut[indices])
+    assert not np.array_equal(np.asarray(Image.open(io.BytesIO(encode_png(palette))).convert("L")), indices)
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA", "PA", "CMYK", "LAB", "HSV", "I;16", "I", "F", "P+transparency"])
+def test_encode_png_refuses_modes_it_cannot_write_faithfully(mode):
+    if mode == "P+transparency":
+        img = Image.new("RGB", (4, 4), (10, 20, 30)).quantize(colors=4)
+        img.info["transparency"] = 0
+        match = "transparent"
+    else:
+        img = Image.new(mode, (4, 4))
+        match = re.escape(mode)
+    with pytest.raises(ValueError, match=match):
+        encode_png(img)
