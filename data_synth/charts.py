@@ -3,7 +3,9 @@
 Each chart is a bar (vertical, horizontal, grouped), line or pie chart drawn with matplotlib (Agg) from
 random data held as exact decimals (integers, decimals, percentages, large values), with every value
 printed on the chart. Questions (value retrieval, comparison, max/min, difference, sum, count) get answers
-computed exactly from that data, formatted without float noise.
+computed exactly from that data, formatted without float noise. One more kind, "bars_axis" (data_synth/
+bars.py, not among the defaults), is chart reading without value labels: one or a few bars against a
+numbered axis, small images (56-112 px), value questions only, answers with a fixed number of decimals.
 
 Output of `write_chart_dataset(out, layout, num, seed, split)`:
 - chartqa: `{out}/{split}/png/*.png`, `{split}_human.json` / `{split}_augmented.json` ({imgname, query,
@@ -29,8 +31,12 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+from . import bars
+from .writer import encode_png, ignore_sigint, interrupt_status
+
 LAYOUTS = ("chartqa", "plotqa", "dvqa")
-KINDS = ("vbar", "hbar", "grouped_bar", "line", "pie")
+KINDS = ("vbar", "hbar", "grouped_bar", "line", "pie")  # the default mix, drawn with matplotlib
+ALL_KINDS = (*KINDS, bars.KIND)
 VALUE_KINDS = ("integer", "decimal", "percentage", "large")
 QTYPES = ("value", "compare", "max", "min", "difference", "sum", "count")
 
@@ -115,9 +121,12 @@ def _values(rng: random.Random, value_kind: str, n: int, pie: bool) -> list[Deci
     return _distinct(rng, n, low, 10 * low, 0)
 
 
-def make_chart(rng: random.Random, kinds=KINDS, value_kinds=VALUE_KINDS) -> dict:
-    """Random chart data (JSON-able; values as exact decimal strings) and drawing style."""
+def make_chart(rng: random.Random, kinds=KINDS, value_kinds=VALUE_KINDS, bar_options: dict | None = None) -> dict:
+    """Random chart data (JSON-able; values as exact decimal strings) and drawing style. A "bars_axis"
+    chart takes `bar_options` (`bars.make_bar_chart` keywords) and ignores `value_kinds`."""
     kind = rng.choice(list(kinds))
+    if kind == bars.KIND:
+        return bars.make_bar_chart(rng, **(bar_options or {}))
     value_kind = "percentage" if kind == "pie" else rng.choice(list(value_kinds))
     topic, x_label, plural, pool = rng.choice(_TOPICS)
     n = rng.randint(3, 6 if kind in ("pie", "grouped_bar") else 8)
@@ -153,8 +162,9 @@ def answer(chart: dict, qtype: str, args: dict) -> tuple[str, bool]:
     """(answer text, numeric?) of a question, computed exactly from the chart data."""
     values = chart_values(chart)[args.get("series", 0)]
     cats = chart["categories"]
-    if qtype == "value":
-        return fmt(values[args["category"]]), True
+    if qtype == "value":  # a chart with "places" answers with exactly that many decimals
+        value = values[args["category"]]
+        return (f"{value:.{chart['places']}f}" if "places" in chart else fmt(value)), True
     if qtype == "compare":
         a, b = values[args["a"]], values[args["b"]]
         if args["form"] == "yesno":
@@ -230,7 +240,10 @@ def _question(chart: dict, qtype: str, rng: random.Random) -> tuple[str, dict]:
 
 
 def make_questions(chart: dict, rng: random.Random, count: int) -> list[dict]:
-    """`count` questions of distinct types (types repeat only past len(QTYPES))."""
+    """`count` questions of distinct types (types repeat only past len(QTYPES)); a "bars_axis" chart gets
+    value questions about distinct bars, as many as it has bars when that is fewer than `count`."""
+    if chart["kind"] == bars.KIND:
+        return bars.bar_questions(chart, rng, count)
     qtypes = rng.sample(QTYPES, min(count, len(QTYPES))) + [rng.choice(QTYPES) for _ in range(count - len(QTYPES))]
     out = []
     for qtype in qtypes:
@@ -337,16 +350,19 @@ def _image_name(layout: str, split: str, index: int) -> str:
 
 def _make_one(job: tuple) -> dict:
     """Chart `index` of a dataset: data, questions, PNG written under out. Runs in worker processes."""
-    out, layout, split, seed, index, size, per_chart, kinds, value_kinds = job
+    out, layout, split, seed, index, size, per_chart, kinds, value_kinds, bar_options = job
     rng = random.Random(f"charts:{seed}:{split}:{index}")
-    chart = make_chart(rng, kinds, value_kinds)
+    chart = make_chart(rng, kinds, value_kinds, dict(bar_options))
     chart["questions"] = make_questions(chart, rng, per_chart)
     chart["subset"] = rng.choice(["human", "augmented"])  # used by the ChartQA layout
     chart["index"] = index
     chart["image"] = _image_name(layout, split, index)
     path = Path(out) / chart["image"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(render_chart(chart, size))
+    if chart["kind"] == bars.KIND:
+        path.write_bytes(encode_png(bars.render_bar_chart(chart, size)))
+    else:
+        path.write_bytes(render_chart(chart, size))
     return chart
 
 
@@ -370,40 +386,62 @@ def _json_number(text: str):
 
 def write_chart_dataset(out, layout: str, num: int, seed: int = 0, split: str = "train", *, workers: int = 1,
                         size=(512, 400), questions_per_chart: int = 3, kinds=KINDS, value_kinds=VALUE_KINDS,
+                        bar_axis_max: int = 100, bar_places: int = 0, bars_per_chart=1,
                         progress: bool = False) -> dict:
     """Render `num` charts with `questions_per_chart` questions each into `out` in `layout`.
 
-    Returns {"root", "layout", "split", "charts", "questions", "data_file"}; `root` is what the matching
-    reader takes (`read_chartqa(root, split)` etc.).
+    kinds: from ALL_KINDS (default the matplotlib kinds). The "bars_axis" kind takes bar_axis_max (values
+    0 .. bar_axis_max - 10**-bar_places), bar_places (decimals of the values and answers) and
+    bars_per_chart (N or (lowest, highest)); its images may be as small as the layout allows (56 px works
+    for the defaults), the matplotlib kinds need >= 64 px. Returns {"root", "layout", "split", "charts",
+    "questions", "data_file"}; `root` is what the matching reader takes (`read_chartqa(root, split)` etc.).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if num < 1 or questions_per_chart < 1:
         raise ValueError(f"num and questions_per_chart must be >= 1, got {num} and {questions_per_chart}")
-    bad = [k for k in kinds if k not in KINDS] + [v for v in value_kinds if v not in VALUE_KINDS]
+    bad = [k for k in kinds if k not in ALL_KINDS] + [v for v in value_kinds if v not in VALUE_KINDS]
     if bad or not kinds or not value_kinds:
-        raise ValueError(f"unknown or empty kinds/value_kinds: {bad}; choose from {KINDS} and {VALUE_KINDS}")
-    if not (isinstance(size, (tuple, list)) and len(size) == 2 and min(size) >= 64):
-        raise ValueError(f"size must be (width, height) of at least 64 px, got {size!r}")
+        raise ValueError(f"unknown or empty kinds/value_kinds: {bad}; choose from {ALL_KINDS} and {VALUE_KINDS}")
+    least = 64 if set(kinds) - {bars.KIND} else 16  # bars_axis: `bars.layout` says what fits
+    if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(isinstance(v, int) for v in size)
+            and min(size) >= least):
+        raise ValueError(f"size must be (width, height) of at least {least} px, got {size!r}")
+    try:
+        lo, hi = (bars_per_chart,) * 2 if isinstance(bars_per_chart, int) else (int(v) for v in bars_per_chart)
+    except (TypeError, ValueError):
+        lo = hi = 0
+    if not 1 <= lo <= hi:
+        raise ValueError(f"bars_per_chart must be N or (lowest, highest) with 1 <= lowest <= highest, got "
+                         f"{bars_per_chart!r}")
+    bar_options = (("axis_max", bar_axis_max), ("places", bar_places), ("bars", (lo, hi)))
+    if bars.KIND in kinds:
+        bars.layout(size, bar_axis_max, bar_places, hi)  # ValueError when the image cannot hold the axis
     out = Path(out)
-    jobs = [(str(out), layout, split, seed, i, tuple(size), questions_per_chart, tuple(kinds), tuple(value_kinds))
-            for i in range(num)]
+    jobs = [(str(out), layout, split, seed, i, tuple(size), questions_per_chart, tuple(kinds), tuple(value_kinds),
+             bar_options) for i in range(num)]
     from tqdm import tqdm
 
     bar = tqdm(total=num, desc=f"charts ({layout}, {split})", unit="chart", disable=not progress)
-    if workers > 1:
-        import multiprocessing
+    charts = []
+    try:
+        if workers > 1:
+            import multiprocessing
 
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            charts = []
-            for chart in pool.imap(_make_one, jobs, chunksize=max(1, min(16, num // (4 * workers)))):
-                charts.append(chart)
+            chunk = max(1, min(16 if set(kinds) - {bars.KIND} else 256, num // (4 * workers)))
+            with multiprocessing.get_context("spawn").Pool(workers, ignore_sigint) as pool:
+                for chart in pool.imap(_make_one, jobs, chunksize=chunk):
+                    charts.append(chart)
+                    bar.update()
+        else:
+            for job in jobs:
+                charts.append(_make_one(job))
                 bar.update()
-    else:
-        charts = []
-        for job in jobs:
-            charts.append(_make_one(job))
-            bar.update()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM under `data-synth` (see writer.sigterm_as_interrupt)
+        bar.close()
+        print(f"data-synth charts: interrupted with {len(charts)} of {num} charts drawn; no index file was "
+              f"written, so {out} holds no new loadable {split} split; run again to draw them all", file=sys.stderr)
+        raise
     bar.close()
 
     records = {"human": [], "augmented": []} if layout == "chartqa" else []
@@ -451,10 +489,20 @@ def write_chart_dataset(out, layout: str, num: int, seed: int = 0, split: str = 
 
 def _size(text: str) -> tuple[int, int]:
     try:
-        w, h = (int(v) for v in text.lower().split("x"))
+        sides = [int(v) for v in text.lower().split("x")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"size must look like 512x400, got {text!r}") from None
-    return w, h
+        sides = []
+    if len(sides) not in (1, 2):
+        raise argparse.ArgumentTypeError(f"size must look like 512x400 (or 56 for a square), got {text!r}")
+    return sides[0], sides[-1]
+
+
+def _count_range(text: str) -> tuple[int, int]:
+    try:
+        lo, _, hi = text.partition("-")
+        return int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or LO-HI, got {text!r}") from None
 
 
 def _names(allowed):
@@ -477,19 +525,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="train")
     p.add_argument("--workers", type=int, default=1, help="processes (output is identical for any value)")
     p.add_argument("--questions-per-chart", type=int, default=3)
-    p.add_argument("--size", type=_size, default=(512, 400), help="WIDTHxHEIGHT in pixels (default 512x400)")
-    p.add_argument("--kinds", type=_names(KINDS), default=KINDS, help=f"comma list of {','.join(KINDS)}")
+    p.add_argument("--size", type=_size, default=(512, 400),
+                   help="WIDTHxHEIGHT in pixels, or one number for a square (default 512x400)")
+    p.add_argument("--kinds", type=_names(ALL_KINDS), default=KINDS,
+                   help=f"comma list of {','.join(ALL_KINDS)} (default: all but {bars.KIND})")
     p.add_argument("--value-kinds", type=_names(VALUE_KINDS), default=VALUE_KINDS,
                    help=f"comma list of {','.join(VALUE_KINDS)}")
+    g = p.add_argument_group(f"{bars.KIND} (bars without value labels, read against a numbered axis)")
+    g.add_argument("--bar-axis-max", type=int, default=100,
+                   help="the axis runs 0..this; values 0 .. max - 10**-places (default 100: answers 0-99)")
+    g.add_argument("--bar-places", type=int, default=0, help="decimals of values and answers: 0, 1 or 2 (default 0)")
+    g.add_argument("--bars", type=_count_range, default=(1, 1),
+                   help="bars per chart, N or LO-HI (default 1); several are labelled A, B, ...")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     try:
         info = write_chart_dataset(args.out, args.layout, args.num, args.seed, args.split, workers=args.workers,
                                    size=args.size, questions_per_chart=args.questions_per_chart, kinds=args.kinds,
-                                   value_kinds=args.value_kinds, progress=not args.no_progress)
+                                   value_kinds=args.value_kinds, bar_axis_max=args.bar_axis_max,
+                                   bar_places=args.bar_places, bars_per_chart=args.bars,
+                                   progress=not args.no_progress)
     except ValueError as e:
         print(f"data-synth charts: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:
+        return interrupt_status(e)
     print(f"wrote {info['charts']} charts, {info['questions']} questions ({info['layout']} layout, split "
           f"{info['split']}) to {info['root']}; data in {info['data_file']}")
     return 0
