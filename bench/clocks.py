@@ -1,8 +1,9 @@
-"""Clock synthesis throughput: images per second per core at 448 px, PNG encoding included, random styles.
+"""Synthesis throughput: clocks at 448 px (random styles) and "bars_axis" charts at 56-112 px, images per
+second per core, PNG encoding included.
 
-    python bench/clocks.py [--num 400] [--size 448] [--workers 1,2] [--json]
+    python bench/clocks.py [--num 400] [--size 448] [--workers 1,2] [--bars-num 3000] [--json]
 
-Three measurements:
+Clocks, three measurements:
   in-process   render_clock + encode_png in this process (no files): per-image cost split into render and
                encode, and Pillow's PNG encoder for comparison;
   warm pool    K worker processes, caches warmed, rendering + encoding + writing files exactly as the
@@ -10,6 +11,9 @@ Three measurements:
   writer       write_clock_dataset end to end (process start-up, warm-up, metadata, rename included).
 "img/s/core (cpu)" divides by the CPU seconds the workers used instead of wall time; on a shared machine
 it is the figure less depressed by other jobs (wall figures fall when other processes compete).
+Bars (target >= 200 img/s/core): make_bar_chart + render_bar_chart + encode_png in this process at 56, 64
+and 112 px (default options and 1-3 labelled bars), and write_chart_dataset end to end (ChartQA layout,
+56 px, one process: files, record files and tables included). `--bars-num 0` skips them.
 """
 
 from __future__ import annotations
@@ -95,11 +99,35 @@ def end_to_end(num: int, size: int, workers: int) -> float:
         return num / (time.perf_counter() - w0)
 
 
+def bars_throughput(num: int) -> dict:
+    """img/s of the bars_axis kind: in-process per size and option set, and the dataset writer."""
+    import random
+
+    from data_synth import bars
+    from data_synth.charts import write_chart_dataset
+
+    res = {}
+    for size in (56, 64, 112):
+        for name, options in (("1bar", {}), ("3bars", {"bars": (1, 3)})):
+            rng = random.Random(0)
+            c0, w0 = time.process_time(), time.perf_counter()
+            for _ in range(num):
+                writer.encode_png(bars.render_bar_chart(bars.make_bar_chart(rng, **options), (size, size)))
+            res[f"bars_{size}px_{name}_img_per_s"] = num / (time.perf_counter() - w0)
+            res[f"bars_{size}px_{name}_cpu_img_per_s"] = num / (time.process_time() - c0)
+    with tempfile.TemporaryDirectory() as tmp:
+        w0 = time.perf_counter()
+        write_chart_dataset(Path(tmp) / "bars", "chartqa", num, seed=0, size=(56, 56), kinds=("bars_axis",))
+        res["bars_writer_56px_img_per_s"] = num / (time.perf_counter() - w0)
+    return res
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--num", type=int, default=400, help="images per measurement (default 400)")
     p.add_argument("--size", type=int, default=448)
     p.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default 1,2)")
+    p.add_argument("--bars-num", type=int, default=3000, help="bar charts per measurement (default 3000; 0 skips)")
     p.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     args = p.parse_args(argv)
     counts = [int(w) for w in args.workers.split(",")]
@@ -115,6 +143,9 @@ def main(argv=None) -> int:
     for k in counts:
         if base and k > 1:
             res[f"pool_w{k}_scaling_efficiency"] = res[f"pool_w{k}_img_per_s"] / (k * base)
+    if args.bars_num > 0:
+        res["bars_num_images"] = args.bars_num
+        res.update(bars_throughput(args.bars_num))
     res["load_avg_1min_after"] = os.getloadavg()[0]
 
     if args.json:
@@ -134,6 +165,15 @@ def main(argv=None) -> int:
         print(f"  {k:>7} | {res[f'pool_w{k}_img_per_s']:>7.0f} | {res[f'pool_w{k}_img_per_s_per_core']:>10.0f} | "
               f"{res[f'pool_w{k}_cpu_img_per_s_per_core']:>16.0f} | {'' if eff is None else f'{eff:.0%}':>7} | "
               f"{res[f'writer_w{k}_img_per_s']:>23.0f}")
+    if args.bars_num > 0:
+        print(f"\n  bars_axis charts, one process, {args.bars_num} images per row (target >= 200 img/s/core):")
+        print(f"  {'size':>6} | {'bars':>5} | {'img/s':>7} | {'img/s (cpu)':>11}")
+        print(f"  {'-' * 6}-+-{'-' * 5}-+-{'-' * 7}-+-{'-' * 11}")
+        for size in (56, 64, 112):
+            for name in ("1bar", "3bars"):
+                print(f"  {size:>4}px | {'1-3' if name == '3bars' else '1':>5} | "
+                      f"{res[f'bars_{size}px_{name}_img_per_s']:>7.0f} | {res[f'bars_{size}px_{name}_cpu_img_per_s']:>11.0f}")
+        print(f"  write_chart_dataset end to end (ChartQA layout, 56 px): {res['bars_writer_56px_img_per_s']:.0f} img/s")
     if res["load_avg_1min"] > 0.5 * (res["cpu_count"] or 1):
         print("\n  note: other processes were running; wall-clock figures are depressed by contention.")
     return 0
