@@ -219,3 +219,49 @@ def test_unsupported_checkpoint_lists_the_families(tmp_path):
 def test_path_like_names_fail_at_once(tmp_path):
     with pytest.raises(ModelLoadError, match="no such model directory"):
         load_model_and_processor("outputs/demo/modle", verbose=False)
+
+
+@pytest.mark.parametrize("name", VISION_PRESETS)
+def test_text_only_and_image_rows_mix_in_one_batch(name):
+    model, processor = load_model_and_processor(name, verbose=False)
+    model.eval()
+    collator = VLMCollator(processor)
+    samples = [Sample(None, "What is 12 + 30?", "42", "text", "t0"), sample(name, "10:07", 1),
+               Sample(None, "What is 1.5 * 3?", "4.5", "text", "t2")]
+    batch = collator(samples)
+    tok = collator.tokenizer
+    for row, s in enumerate(samples):
+        labels = batch["labels"][row]
+        assert tok.decode(labels[labels != -100]) == s.answer + collator.family.end_of_turn
+    found = (batch["input_ids"] == collator.image_token_id).sum(1).tolist()
+    assert found[0] == 0 and found[2] == 0 and found[1] > 0
+
+    def answer_logits(b):
+        inputs = {k: v for k, v in b.items() if k not in ("labels", "numeric_mask")}
+        with torch.no_grad():
+            logits = model(**inputs).logits
+        keep = b["labels"][:, 1:] != -100
+        return [logits[r, :-1][keep[r]] for r in range(len(logits))]
+
+    together = answer_logits(batch)
+    for row, s in enumerate(samples):
+        torch.testing.assert_close(together[row], answer_logits(collator([s]))[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", VISION_PRESETS)
+def test_masked_image_changes_no_text_logit_and_reaches_the_vision_tower(name):
+    model, processor = load_model_and_processor(name, verbose=False)
+    model.eval()
+    collator = VLMCollator(processor)
+    batch = collator([Sample(None, "What is 12 + 30?", "42", "t", "a"), Sample(None, "And 1 + 1?", "2", "t", "b")])
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "numeric_mask")}
+    with torch.no_grad():
+        plain = model(**inputs).logits
+    family = family_of(model)
+    family.add_masked_image(inputs, processor)
+    assert "pixel_values" in inputs
+    out = model(**inputs).logits
+    torch.testing.assert_close(out[:, -plain.shape[1]:], plain, rtol=1e-5, atol=1e-5)
+    out[:, -3:].sum().backward()
+    vision = [p.grad for n, p in model.named_parameters() if family.parameter_part(n) == "vision"]
+    assert all(g is not None for g in vision)

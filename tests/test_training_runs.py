@@ -131,3 +131,13 @@ def test_two_ranks_give_the_one_process_update(tmp_path, clock_root):
     assert len(a) == len(b) > 10
     for key in a:
         assert torch.allclose(a[key], b[key], atol=1e-5), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["tiny", "tiny-mllama"])
+def test_zero3_two_ranks_with_one_rank_text_only(tmp_path, preset):
+    """A hang here fails by timeout: rank 1 sees only text-only micro-batches while rank 0 sees images."""
+    launch([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+            str(REPO / "tests" / "zero3_worker.py"), preset, str(tmp_path / "out")], tmp_path, timeout=300)
+    losses = json.loads((tmp_path / "out" / "losses.json").read_text())
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))

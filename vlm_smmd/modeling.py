@@ -124,6 +124,9 @@ def load_model_and_processor(
         processor = family.load_processor(name_or_path, min_pixels=min_pixels, max_pixels=max_pixels,
                                           trust_remote_code=trust_remote_code)
     getattr(processor, "tokenizer", processor).padding_side = "left"
+    if verbose and (min_pixels or max_pixels) and family.resize_factor is None:
+        print(f"note: min_pixels / max_pixels do not apply to {family.title} "
+              + ("(its processor tiles images itself)" if family.vision else "(a text-only model)"))
 
     set_trainable(model, freeze_vision=freeze_vision, freeze_merger=freeze_merger,
                   freeze_language=freeze_language)

@@ -33,6 +33,9 @@ class NumericTrainer(Trainer):
 
     def __init__(self, *args, objective: NumericObjective, **kwargs):
         super().__init__(*args, **kwargs)
+        from .families import family_of
+
+        self.family = family_of(self.model)
         self.objective = objective.to(self.args.device)
         self._step_counts = None  # (answer tokens, numeric answer tokens) of the current optimizer step
         self._parts = {"train": defaultdict(float), "eval": defaultdict(float)}
@@ -59,6 +62,9 @@ class NumericTrainer(Trainer):
         batch_idx, pos_idx, targets = answer_positions(labels)
         seq_len = labels.shape[1]
         keep = int(seq_len - pos_idx.min()) if pos_idx.numel() else 1
+        # a text-only micro-batch on one of several ranks must still run the vision tower (ZeRO-3, DDP)
+        if model.training and self.family.vision and self.args.world_size > 1 and "pixel_values" not in inputs:
+            self.family.add_masked_image(inputs, self.processing_class)
         outputs = model(**inputs, logits_to_keep=keep, use_cache=False)
         logits = outputs.logits[batch_idx, pos_idx - (seq_len - keep)]  # [M, V]
 

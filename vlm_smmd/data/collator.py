@@ -155,18 +155,17 @@ class VLMCollator:
     def _process(self, texts, images, kept) -> dict:
         """One processor call: tokenise (the template wrote every special token), expand image placeholders,
         process the images, pad on the left; then check each row's placeholder count."""
-        kwargs = dict(text=texts, padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
-        if self.family.vision:
-            kwargs.update(images=self.family.images_argument(images), **self.family.processor_kwargs())
-            batch = dict(self.processor(**kwargs))
-            found = (batch["input_ids"] == self.image_token_id).sum(1)
-            expected = self.family.expected_image_tokens(batch, [len(i) for i in images], self.processor)
-            for row in torch.nonzero(found != expected).flatten().tolist():
-                s = kept[row]
-                raise DataError(f"{int(found[row])} {self.family.image_token} tokens where the image needs "
-                                f"{int(expected[row])} (record {s.id!r} of {s.source})")
-            return batch
-        return dict(self.tokenizer(**kwargs))
+        kwargs = dict(padding=True, padding_side="left", add_special_tokens=False, return_tensors="pt")
+        if not self.family.vision:
+            return dict(self.tokenizer(texts, **kwargs))
+        batch = self.family.process(self.processor, texts, images, **kwargs)
+        found = (batch["input_ids"] == self.image_token_id).sum(1)
+        expected = self.family.expected_image_tokens(batch, [len(i) for i in images], self.processor)
+        for row in torch.nonzero(found != expected).flatten().tolist():
+            s = kept[row]
+            raise DataError(f"{int(found[row])} {self.family.image_token} tokens where the image needs "
+                            f"{int(expected[row])} (record {s.id!r} of {s.source})")
+        return batch
 
     def _skip_or_raise(self, error: DataError) -> None:
         if self.on_error == "raise":

@@ -97,21 +97,23 @@ class Family:
         """Extra keyword arguments of the processor call (images are already sized: no resize)."""
         return {"do_resize": False} if self.resize_factor is not None else {}
 
-    def images_argument(self, images_per_row: list[list]):
-        """The processor's `images` argument for rows holding these images (None when there are none)."""
+    def process(self, processor, texts: list[str], images_per_row: list[list], **kwargs) -> dict:
+        """One processor call over a batch whose rows hold these images (a row may hold none)."""
         flat = [img for row in images_per_row for img in row]
-        return flat or None
+        return dict(processor(text=texts, images=flat or None, **self.processor_kwargs(), **kwargs))
 
     def expected_image_tokens(self, batch: dict, images_per_row: list[int], processor) -> torch.Tensor:
         """LongTensor [B]: how many image-placeholder tokens each row must hold after processing."""
         return torch.tensor(images_per_row, dtype=torch.long)
 
-    def dummy_vision_inputs(self, processor, device) -> dict | None:
-        """Inputs of one tiny blank image for a vision forward on a text-only batch (ZeRO-3), or None."""
-        return None
+    def add_masked_image(self, inputs: dict, processor) -> None:
+        """Give a micro-batch without images one blank image that no text token can see, in place.
 
-    def vision_forward(self, model, inputs: dict) -> torch.Tensor:
-        """Run the vision tower (and projector) on `dummy_vision_inputs`; returns a tensor to add as 0 * sum."""
+        Under ZeRO-3 every rank gathers each module's parameters collectively, in forward order: a rank
+        whose batch is text-only would skip the vision tower that the other ranks run, and hang (DDP
+        likewise expects a gradient for every parameter). With the masked image every rank runs the same
+        modules in the same order; the text positions compute exactly what they compute without it, and
+        the vision parameters get zero gradients."""
         raise NotImplementedError
 
     def describe_numbers(self) -> str:

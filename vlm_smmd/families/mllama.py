@@ -17,7 +17,8 @@ TINY_TEXT_CONFIG = dict(
     vocab_size=128256, hidden_size=64, intermediate_size=128, num_hidden_layers=3, cross_attention_layers=[1],
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
     rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-    bos_token_id=128000, eos_token_id=[128001, 128008, 128009], pad_token_id=128004,
+    bos_token_id=128000, eos_token_id=[128001, 128008, 128009],
+    pad_token_id=None,  # the released 128004 makes ZeRO-3 from-scratch init index a partitioned embedding
 )
 
 
@@ -52,23 +53,50 @@ class Mllama(Family):
         return MllamaProcessor(image_processor=image_processor, tokenizer=build_llama3_tokenizer(),
                                chat_template=LLAMA3_CHAT_TEMPLATE)
 
-    def images_argument(self, images_per_row):
-        # nested per row; a processor call with images needs every row to have one
-        return images_per_row if any(images_per_row) else None
+    def process(self, processor, texts, images_per_row, **kwargs):
+        """The stock processor needs an image in every row; for a batch that mixes text-only and image rows,
+        the image rows' image inputs are placed into zero tensors [B, ...] and the cross-attention mask of a
+        text-only row stays all zero (it attends to no image)."""
+        rows = [r for r, images in enumerate(images_per_row) if images]
+        if len(rows) in (0, len(texts)):
+            return dict(processor(text=texts, images=images_per_row if rows else None, **kwargs))
+        from transformers.models.mllama.processing_mllama import (
+            convert_sparse_cross_attention_mask_to_dense,
+            get_cross_attention_token_mask,
+        )
 
-    def dummy_vision_inputs(self, processor, device):
+        batch = dict(processor.tokenizer(texts, **kwargs))  # the processor refuses <|image|> without images
+        images = processor.image_processor(images=[images_per_row[r] for r in rows], return_tensors="pt")
+        num_tiles = [[] for _ in texts]
+        for k, r in enumerate(rows):
+            num_tiles[r] = images["num_tiles"][k]
+        for key in ("pixel_values", "aspect_ratio_ids", "aspect_ratio_mask"):
+            part = images[key]
+            full = part.new_zeros((len(texts), *part.shape[1:]))
+            full[rows] = part
+            batch[key] = full
+        ids = batch["input_ids"]
+        sparse = [get_cross_attention_token_mask(row.tolist(), processor.image_token_id) for row in ids]
+        dense = convert_sparse_cross_attention_mask_to_dense(sparse, num_tiles, processor.image_processor.max_image_tiles,
+                                                             ids.shape[1])
+        batch["cross_attention_mask"] = torch.from_numpy(dense)
+        return batch
+
+    def add_masked_image(self, inputs, processor):
+        """A blank one-tile image per row with an all-zero cross-attention mask: the vision tower, the
+        projector and the cross-attention layers run, and Mllama zeroes the cross-attention output of rows
+        that attend to no image."""
         from PIL import Image
 
         side = processor.image_processor.size["height"]
-        out = processor.image_processor(images=[[Image.new("RGB", (side, side))]], return_tensors="pt")
-        return {k: out[k].to(device) for k in ("pixel_values", "aspect_ratio_ids", "aspect_ratio_mask")}
-
-    def vision_forward(self, model, inputs):
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-        vision = inner.model.vision_model
-        out = vision(pixel_values=inputs["pixel_values"].to(next(vision.parameters()).dtype),
-                     aspect_ratio_ids=inputs["aspect_ratio_ids"], aspect_ratio_mask=inputs["aspect_ratio_mask"])
-        return inner.model.multi_modal_projector(out.last_hidden_state)
+        rows = len(inputs["input_ids"])
+        image = processor.image_processor(images=[[Image.new("RGB", (side, side))]] * rows, return_tensors="pt")
+        device = inputs["input_ids"].device
+        for key in ("pixel_values", "aspect_ratio_ids", "aspect_ratio_mask"):
+            inputs[key] = image[key].to(device)
+        tiles = processor.image_processor.max_image_tiles
+        inputs["cross_attention_mask"] = torch.zeros((*inputs["input_ids"].shape, 1, tiles), dtype=torch.long,
+                                                     device=device)
 
     def describe_numbers(self):
         return ('integers are split into groups of up to three digits, each one token ("1234" is 123, 4; '
@@ -77,8 +105,3 @@ class Mllama(Family):
 
 FAMILY = Mllama()
 
-
-def cross_attention_rows(batch: dict) -> torch.Tensor:
-    """BoolTensor [B]: rows whose text attends to an image."""
-    mask = batch.get("cross_attention_mask")
-    return torch.zeros(len(batch["input_ids"]), dtype=torch.bool) if mask is None else mask.flatten(1).any(1)

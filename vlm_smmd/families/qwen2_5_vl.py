@@ -42,18 +42,27 @@ class QwenVLFamily(Family):
         rows = torch.repeat_interleave(torch.arange(len(images_per_row)), torch.tensor(images_per_row))
         return counts.index_add_(0, rows, per_image)
 
-    def dummy_vision_inputs(self, processor, device):
+    def add_masked_image(self, inputs, processor):
+        """One merged patch of a blank image, its placeholder in a new first column with attention mask 0
+        (mRoPE positions skip masked tokens, and no query attends to it); the other rows get a masked pad."""
         from PIL import Image
 
         side = self.resize_factor
-        out = processor.image_processor(images=[Image.new("RGB", (side, side))], do_resize=False, return_tensors="pt")
-        return {"pixel_values": out["pixel_values"].to(device), "image_grid_thw": out["image_grid_thw"].to(device)}
-
-    def vision_forward(self, model, inputs):
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-        visual = inner.model.visual
-        out = visual(inputs["pixel_values"].to(visual.dtype), grid_thw=inputs["image_grid_thw"])
-        return out.pooler_output if hasattr(out, "pooler_output") else out
+        image = processor.image_processor(images=[Image.new("RGB", (side, side))], do_resize=False,
+                                          return_tensors="pt")
+        ids = inputs["input_ids"]
+        tok = processor.tokenizer
+        column = torch.full((len(ids), 1), tok.pad_token_id, dtype=ids.dtype, device=ids.device)
+        column[0, 0] = tok.convert_tokens_to_ids(self.image_token)
+        types = torch.zeros_like(column)
+        types[0, 0] = 1
+        inputs["input_ids"] = torch.cat([column, ids], 1)
+        inputs["attention_mask"] = torch.cat([torch.zeros_like(column), inputs["attention_mask"]], 1)
+        if "mm_token_type_ids" in inputs:
+            inputs["mm_token_type_ids"] = torch.cat([types.to(inputs["mm_token_type_ids"].dtype),
+                                                     inputs["mm_token_type_ids"]], 1)
+        inputs["pixel_values"] = image["pixel_values"].to(ids.device)
+        inputs["image_grid_thw"] = image["image_grid_thw"].to(ids.device)
 
     def describe_numbers(self):
         return 'every digit is its own token ("10:07" is 1, 0, :, 0, 7): V_num = the ten digits'
