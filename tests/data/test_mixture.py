@@ -140,3 +140,27 @@ def test_from_spec_reads_sources(tmp_path, monkeypatch):
         MixtureDataset.from_spec([{"name": "coco", "root": "x"}])
     with pytest.raises(ValueError, match="duplicate source"):
         MixtureDataset.from_spec([spec[0], spec[0]])
+
+
+def test_from_spec_names_the_text_readers(tmp_path):
+    import json
+
+    (tmp_path / "gsm8k").mkdir()
+    rows = [{"question": f"What is {k} + {k}?", "answer": f"{k}+{k}=<<{k}+{k}={2 * k}>>{2 * k}\n#### {2 * k:,}"}
+            for k in range(995, 1001)]
+    (tmp_path / "gsm8k" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "svamp").mkdir()
+    (tmp_path / "svamp" / "SVAMP.json").write_text(json.dumps(
+        [{"ID": f"chal-{k}", "Body": "Tom has 3 apples.", "Question": "How many?", "Answer": 3.0} for k in range(4)]))
+    spec = [
+        {"name": "gsm8k", "root": str(tmp_path / "gsm8k"), "target": "rationale"},
+        {"name": "svamp", "root": str(tmp_path / "svamp"), "split": "all", "limit": 2},
+    ]
+    mix = MixtureDataset.from_spec(spec, seed=1)
+    assert mix.counts == {"gsm8k:train": 6, "svamp:all": 2} and len(mix) == 8
+    items = [mix[i] for i in range(len(mix))]
+    assert all(s.image is None for s in items)
+    gsm = sorted((s for s in items if s.source == "gsm8k"), key=lambda s: s.id)
+    assert gsm[-1].answer == "1000+1000=2000\n#### 2000" and gsm[-1].meta["final_answer"] == "2000"
+    with pytest.raises(ValueError, match="SVAMP has no split 'train'"):
+        MixtureDataset.from_spec([{"name": "svamp", "root": str(tmp_path / "svamp")}])

@@ -1,4 +1,5 @@
-"""Data sources (ChartQA, PlotQA, DVQA, synthetic clocks) as Samples, and the Qwen2.5-VL collator."""
+"""Data sources as Samples: charts (ChartQA, PlotQA, DVQA), synthetic clocks, and the text tasks (GSM8K,
+SVAMP, DeepMind Mathematics, synthetic arithmetic; `image=None`); the collator is `data.collator`."""
 
 from importlib import import_module
 
@@ -10,6 +11,10 @@ _LAZY = {
     "read_plotqa": ".plotqa",
     "read_dvqa": ".dvqa",
     "read_clocks": ".clocks",
+    "read_gsm8k": ".gsm8k",
+    "read_svamp": ".svamp",
+    "read_deepmind_math": ".deepmind_math",
+    "read_arithmetic": ".arithmetic",
     "MixtureDataset": ".mixture",
 }
 

@@ -25,36 +25,18 @@ from pathlib import Path
 
 from PIL import Image
 
-from .records import ImageChecker, JsonRecordSamples, answer_text, finish, require
+from .records import (
+    ConcatRecords,
+    ImageChecker,
+    JsonRecordSamples,
+    answer_text,
+    check_index,
+    finish,
+    require,
+)
 from .sample import DataError, Sample, SkipLog, check_on_error, to_rgb
 
 SUBSETS = ("human", "augmented")
-
-
-class _Concat(Sequence):
-    """Several record sequences as one."""
-
-    def __init__(self, parts: list, skip_log: SkipLog):
-        self.parts, self.skip_log = parts, skip_log
-        self._ends = []
-        total = 0
-        for part in parts:
-            total += len(part)
-            self._ends.append(total)
-
-    @property
-    def skipped(self) -> int:
-        return self.skip_log.total
-
-    def __len__(self) -> int:
-        return self._ends[-1] if self._ends else 0
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        i = _check_index(i, len(self))
-        k = bisect_right(self._ends, i)
-        return self.parts[k][i - (self._ends[k - 1] if k else 0)]
 
 
 class ChartQAJson(JsonRecordSamples):
@@ -250,7 +232,7 @@ class ChartQAParquet(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        i = _check_index(i, len(self))
+        i = check_index(i, len(self))
         fi, row = self._keys[i]
         query, answers, subset = self._rows[i]
         path = self.files[fi]
@@ -289,7 +271,7 @@ def read_chartqa(root, split: str, on_error: str = "raise", *, subsets=SUBSETS, 
             part = ChartQAJson(path, root, split, subset, skip_log)
             part._scan(None, on_error, checker, max_records)
             parts.append(part)
-        dataset = _Concat(parts, skip_log)
+        dataset = ConcatRecords(parts, skip_log)
     elif parquet:
         dataset = ChartQAParquet(parquet, split, subsets, on_error, verify_images, max_records, skip_log)
     else:
@@ -298,12 +280,3 @@ def read_chartqa(root, split: str, on_error: str = "raise", *, subsets=SUBSETS, 
             f"{root / 'data'}/{split}-*.parquet (Hugging Face layout)")
     return finish(dataset, on_error)
 
-
-def _check_index(i, n: int) -> int:
-    """`i` as a non-negative index into n records (negative counts from the end); IndexError outside."""
-    i = int(i)
-    if i < 0:
-        i += n
-    if not 0 <= i < n:
-        raise IndexError(f"index {i} out of range for {n} records")
-    return i

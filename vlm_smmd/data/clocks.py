@@ -5,25 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .records import SampleList
 from .sample import DataError, Sample, SkipLog, check_on_error, resolve_in_root
 
 SOURCE = "clocks"
 _REQUIRED = ("file_name", "question", "answer")
 
 
-class ClockSamples(list):
-    """A list of Samples that also keeps the reader's skip count (on_error="skip")."""
-
-    def __init__(self, samples, skip_log: SkipLog):
-        super().__init__(samples)
-        self.skip_log = skip_log
-
-    @property
-    def skipped(self) -> int:
-        return self.skip_log.total
-
-
-def read_clocks(root, split: str, on_error: str = "raise") -> ClockSamples:
+def read_clocks(root, split: str, on_error: str = "raise") -> SampleList:
     """Samples of `root/split/metadata.jsonl`, in file order.
 
     Sample: image = path of the PNG (opened lazily), question, answer = the metadata answer string
@@ -53,7 +42,7 @@ def read_clocks(root, split: str, on_error: str = "raise") -> ClockSamples:
                     raise
                 skipped.add(e)
     skipped.report()
-    return ClockSamples(samples, skipped)
+    return SampleList(samples, skipped)
 
 
 def _sample(line: str, split_dir: Path, meta_path: Path, lineno: int) -> Sample:

@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 
 from .sample import Sample
 
-READERS = ("chartqa", "plotqa", "dvqa", "clocks")
+READERS = ("chartqa", "plotqa", "dvqa", "clocks", "gsm8k", "svamp", "deepmind_math", "arithmetic")
 
 
 def _per_source(value, names: list[str], what: str) -> list:
@@ -114,9 +114,10 @@ class MixtureDataset(Dataset):
     def from_spec(cls, spec, *, size: int | None = None, seed: int = 0, on_error: str = "raise"):
         """Read each source of a spec and mix them.
 
-        spec: a list of dicts {"name": "chartqa"|"plotqa"|"dvqa"|"clocks", "root": ..., "split": "train",
-        "weight": ..., "limit": ..., "label": ..., "on_error": ...}; any other key is passed to the reader
-        (e.g. "version", "round_digits", "verify_images", "max_records"). "label" names the source in the
+        spec: a list of dicts {"name": one of READERS, "root": ..., "split": "train", "weight": ...,
+        "limit": ..., "label": ..., "on_error": ...}; any other key is passed to the reader (e.g. "version",
+        "round_digits", "verify_images", "max_records"; GSM8K "target"; DeepMind Mathematics "modules",
+        "numeric_only"). Text sources yield text-only Samples (image None). "label" names the source in the
         mixture (default "name:split"). Weights are used when any entry gives one (others default to 1).
         """
         from vlm_smmd import data
@@ -136,7 +137,7 @@ class MixtureDataset(Dataset):
                 raise ValueError(f"mixture spec entry {k}: duplicate source {label!r}; give it a 'label'")
             weights[label] = entry.pop("weight", 1.0)
             limits[label] = entry.pop("limit", None)
-            reader = getattr(data, f"read_{name}")  # lazy: clocks comes from vlm_smmd.data.clocks
+            reader = getattr(data, f"read_{name}")  # lazy: each reader module is imported on first use
             sources[label] = reader(root, split, on_error=entry.pop("on_error", on_error), **entry)
         return cls(sources, weights if any_weight else None, limits, size=size, seed=seed)
 

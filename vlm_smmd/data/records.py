@@ -284,12 +284,7 @@ class JsonRecordSamples(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        n = len(self._starts)
-        i = int(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"index {i} out of range for {n} records")
+        i = check_index(i, len(self._starts))
         record_no = self.record_number(i)
         where = f"record #{record_no} in {self.path}"
         with open(self.path, "rb") as f:
@@ -317,3 +312,183 @@ def finish(dataset, on_error: str):
     if on_error == "skip":
         dataset.skip_log.report()
     return dataset
+
+
+# --------------------------------------------------------------------------------------- other sequences
+
+
+class SampleList(list):
+    """A list of Samples that keeps its reader's skips (`skip_log`, `skipped`): small sources."""
+
+    def __init__(self, samples, skip_log: SkipLog):
+        super().__init__(samples)
+        self.skip_log = skip_log
+
+    @property
+    def skipped(self) -> int:
+        return self.skip_log.total
+
+
+class ConcatRecords(Sequence):
+    """Several record sequences as one, sharing one SkipLog."""
+
+    def __init__(self, parts: list, skip_log: SkipLog):
+        self.parts, self.skip_log = parts, skip_log
+        self._ends = []
+        total = 0
+        for part in parts:
+            total += len(part)
+            self._ends.append(total)
+
+    @property
+    def skipped(self) -> int:
+        return self.skip_log.total
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = check_index(i, len(self))
+        k = bisect_right(self._ends, i)
+        return self.parts[k][i - (self._ends[k - 1] if k else 0)]
+
+
+def check_index(i, n: int) -> int:
+    """`i` as a non-negative index into n records (negative counts from the end); IndexError outside."""
+    i = int(i)
+    if i < 0:
+        i += n
+    if not 0 <= i < n:
+        raise IndexError(f"index {i} out of range for {n} records")
+    return i
+
+
+# ------------------------------------------------------------------------------------ line-based files
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """(line number from 1, byte offset, bytes without the line ending) for each line of a file; a UTF-8
+    byte order mark on the first line is dropped."""
+    with open(path, "rb") as f:
+        offset = 0
+        for lineno, line in enumerate(f, 1):
+            start = offset
+            offset += len(line)
+            body = line.rstrip(b"\r\n")
+            if lineno == 1 and body.startswith(b"\xef\xbb\xbf"):
+                body, start = body[3:], start + 3
+            yield lineno, start, body
+
+
+class LineRecords(Sequence):
+    """Records stored as byte ranges of one text file (one or more lines each), read again on access.
+
+    One pass (`_keep` / `_drop`, called by the reader's scan) validates each record through `_sample` and
+    keeps its offset, length and first line number (16 bytes a record). Subclasses define
+    `_sample(lines: list[str], lineno: int) -> Sample`, raising DataError naming `self.where(lineno)`.
+    """
+
+    source = "lines"
+
+    def __init__(self, path: Path, skip_log: SkipLog):
+        self.path = Path(path)
+        self.skip_log = skip_log
+        self._starts = array("q")
+        self._lengths = array("I")
+        self._linenos = array("I")
+
+    def where(self, lineno: int) -> str:
+        return f"{self.path}:{lineno}"
+
+    def _decode(self, data: bytes, lineno: int) -> list[str]:
+        try:
+            return [line.rstrip("\r") for line in data.decode("utf-8").split("\n")]
+        except UnicodeDecodeError as e:
+            raise DataError(f"{self.where(lineno)}: malformed record: not valid UTF-8 ({e.reason})") from None
+
+    def _keep(self, lineno: int, start: int, data: bytes, on_error: str, length: int | None = None) -> bool:
+        """Validate the record `data` (its lines joined by '\\n') that starts at byte `start` on line
+        `lineno` and spans `length` bytes of the file (default len(data)); keep it, or raise / count the
+        DataError. True when kept."""
+        try:
+            self._sample(self._decode(data, lineno), lineno)
+        except DataError as e:
+            self._drop(e, on_error)
+            return False
+        self._starts.append(start)
+        self._lengths.append(len(data) if length is None else length)
+        self._linenos.append(lineno)
+        return True
+
+    def _drop(self, error: DataError, on_error: str) -> None:
+        if on_error == "raise":
+            raise error
+        self.skip_log.add(error)
+
+    @property
+    def skipped(self) -> int:
+        return self.skip_log.total
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = check_index(i, len(self))
+        with open(self.path, "rb") as f:
+            f.seek(self._starts[i])
+            data = f.read(self._lengths[i])
+        return self._sample(self._decode(data, self._linenos[i]), self._linenos[i])
+
+    def _sample(self, lines: list[str], lineno: int) -> Sample:
+        raise NotImplementedError
+
+
+class JsonLines(LineRecords):
+    """A JSON Lines file: one object a line (blank lines are no records). Subclasses define
+    `_from_json(obj: dict, lineno: int, where: str) -> Sample`."""
+
+    def scan(self, on_error: str, max_records: int | None = None) -> None:
+        for lineno, start, data in iter_lines(self.path):
+            if not data.strip():
+                continue
+            self._keep(lineno, start, data, on_error)
+            if max_records is not None and len(self) >= max_records:
+                break
+
+    def _sample(self, lines, lineno):
+        where = self.where(lineno)
+        try:
+            obj = json.loads(lines[0])
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}: malformed record: not JSON ({e.msg})") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{where}: malformed record: expected an object, got {type(obj).__name__}")
+        return self._from_json(obj, lineno, where)
+
+    def _from_json(self, obj: dict, lineno: int, where: str) -> Sample:
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------- numeric answers
+
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)", re.ASCII)
+_GROUPED_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+", re.ASCII)
+
+
+def number_text(text: str, *, thousands: bool = False) -> str | None:
+    """The canonical decimal string of `text` when it is exactly one plain number, else None.
+
+    Accepted: optional sign, digits, optional fraction ("-12", "0.5", ".5", "+3"); with `thousands` also
+    ',' separators in groups of three ("1,234" -> "1234"; "1,23" is refused). Canonical as
+    `format_number` writes it: no sign for positives, no leading or trailing zeros ("007.50" -> "7.5",
+    "-0" -> "0"). Fractions ("1/2"), exponents and words give None.
+    """
+    text = text.strip()
+    pattern = _GROUPED_NUMBER if thousands else _PLAIN_NUMBER
+    if not pattern.fullmatch(text):
+        return None
+    return format_number(Decimal(text.replace(",", "")))

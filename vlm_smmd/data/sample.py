@@ -15,10 +15,12 @@ class DataError(ValueError):
 
 @dataclass
 class Sample:
-    """One image-question-answer record.
+    """One image-question-answer record, or a text-only question-answer record.
 
-    `image` is a PIL image or a path (opened lazily by `load_image`); `answer` is the training target
-    (for sources with several accepted labels the first, all of them in `meta["answers"]`).
+    `image` is a PIL image, a path (opened lazily by `load_image`), or None for a text-only sample (GSM8K,
+    SVAMP, DeepMind Mathematics, synthetic arithmetic); `answer` is the training target (for sources with
+    several accepted labels the first, all of them in `meta["answers"]`; for the text sources the exact
+    final number is also in `meta["final_answer"]`, which scoring uses whatever the target).
     """
 
     image: Any
@@ -29,7 +31,10 @@ class Sample:
     meta: dict = field(default_factory=dict)
 
     def load_image(self) -> Image.Image:
-        """The image as RGB (transparent pixels composited on white); DataError naming file and record."""
+        """The image as RGB (transparent pixels composited on white); DataError naming file and record,
+        and for a text-only sample (`image` None)."""
+        if self.image is None:
+            raise DataError(f"record {self.id!r} of {self.source} is text-only (image=None): it has no image to load")
         if isinstance(self.image, Image.Image):
             return to_rgb(self.image)
         path = Path(self.image)
