@@ -10,10 +10,12 @@ from tests.conftest import make_image
 from vlm_smmd.data import DataError, Sample
 from vlm_smmd.evaluation import (
     extract_answer,
+    format_metrics_table,
     generate_predictions,
     json_safe,
     main,
     parse_data_spec,
+    sample_targets,
     score_prediction,
     style_keys,
     summarize,
@@ -368,3 +370,129 @@ def test_eval_end_to_end(saved_tiny_model, eval_data, tmp_path, capsys):
     assert len(load_predictions(out / "predictions.jsonl")) == 10
     assert analyze_main([str(out / "predictions.jsonl"), "--out", str(tmp_path / "analysis")]) == 0
     assert (tmp_path / "analysis" / "report.md").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Markup around answers (issue 14 item 10) and the text tasks (issue 15 item 5)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("**Answer:** 7", "7"),
+    ("- **Answer:** 7", "7"),
+    ("### Final answer: 12", "12"),
+    ("> The answer is 5.", "5"),
+    ("**Answer:**\n\n`42`", "42"),  # the prefix alone on its line: the next line
+    ("*The answer is* _Democrat_", "Democrat"),
+    ("__1.5__", "1.5"),
+    ("2*3", "2*3"),  # markers between word characters stay
+    ("snake_case", "snake_case"),
+    ("-5", "-5"),  # a minus is no bullet
+    ("Answer:", ""),
+])
+def test_extract_answer_strips_markup_before_prefixes(text, expected):
+    assert extract_answer(text, "chartqa") == expected
+
+
+@pytest.mark.parametrize("source", ["gsm8k", "svamp", "deepmind_math", "arithmetic"])
+def test_extract_answer_text_tasks_take_the_final_number(source):
+    assert extract_answer("She sold 48/2 = 24 clips.\n#### 1,234", source) == "1234"
+    assert extract_answer("**The answer is $1,234.**", source) == "1234"
+    assert extract_answer("3 + 4 = 7", source) == "7"
+    assert extract_answer("I do not know", source) == ""
+
+
+def test_score_prediction_text_tasks():
+    s = score_prediction("1234.0", ["1234"], "gsm8k")
+    assert s == {"exact_match": 0.0, "number_exact": 1.0, "within_0.001": 1.0, "within_0.01": 1.0,
+                 "within_0.05": 1.0}
+    s = score_prediction("1240", ["1234"], "svamp")  # 0.49% off
+    assert (s["number_exact"], s["within_0.001"], s["within_0.01"], s["within_0.05"]) == (0.0, 0.0, 1.0, 1.0)
+    assert score_prediction("", ["-5"], "arithmetic")["within_0.05"] == 0.0
+    with pytest.raises(ValueError, match="not a number"):
+        score_prediction("1", ["-1/3"], "deepmind_math")
+
+
+def test_text_targets_are_the_final_number_whatever_was_trained():
+    rationale = Sample(image=None, question="q", answer="24 + 48 = 72\n#### 72", source="gsm8k", id="test/0",
+                       meta={"final_answer": "72", "solution": "..."})
+    assert sample_targets(rationale) == ["72"]
+    chart = Sample(image=None, question="q", answer="7", source="chartqa", id="c", meta={"final_answer": "9"})
+    assert sample_targets(chart) == ["7"]  # only the text tasks use final_answer
+
+
+def test_summarize_and_table_for_text_tasks():
+    def text(source, exact, rel3, rel2, rel5, **meta):
+        return _rec(source, "test", {"exact_match": exact, "number_exact": exact, "within_0.001": rel3,
+                                     "within_0.01": rel2, "within_0.05": rel5}, **meta)
+
+    records = [text("gsm8k", 1.0, 1.0, 1.0, 1.0), text("gsm8k", 0.0, 0.0, 0.0, 1.0),
+               text("deepmind_math", 0.0, 1.0, 1.0, 1.0, module="arithmetic__div"),
+               text("deepmind_math", 0.0, 0.0, 0.0, 0.0, module="arithmetic__mul"),
+               text("svamp", 1.0, 1.0, 1.0, 1.0, type="Subtraction")]
+    m = summarize(records)
+    g = m["sources"]["gsm8k"]["test"]
+    assert (g["count"], g["number_exact"], g["within_0.001"], g["within_0.05"]) == (2, 0.5, 0.5, 1.0)
+    assert m["sources"]["deepmind_math"]["test"]["by"]["module"]["arithmetic__div"]["within_0.01"] == 1.0
+    assert set(m["sources"]["svamp"]["test"]["by"]) == {"type"}
+    table = format_metrics_table(m).splitlines()
+    assert table[0].split() == ["source", "split", "count", "exact", "num", "exact", "rel", "0.1%", "rel", "1%",
+                                "rel", "5%"]  # no chart or clock columns without such records
+    assert table[2].split() == ["gsm8k", "test", "2", "0.500", "0.500", "0.500", "0.500", "1.000"]
+    mixed = format_metrics_table(summarize(records + [_clock(1.0, 1.0, 0.0)])).splitlines()
+    assert "time exact" in mixed[0] and "num exact" in mixed[0] and "relaxed" not in mixed[0]
+    assert mixed[1].split()[:3] == ["clocks", "test", "1"] and mixed[1].split()[-4:] == ["-", "-", "-", "-"]
+
+
+def test_parse_data_spec_text_tasks(tmp_path):
+    for name in ("gsm8k", "svamp", "deepmind_math", "arithmetic"):
+        assert parse_data_spec(f"{name}:{tmp_path}").name == name
+
+
+@pytest.fixture(scope="module")
+def text_eval_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("text_eval_data")
+    (root / "gsm8k").mkdir()
+    (root / "gsm8k" / "test.jsonl").write_text("".join(json.dumps(
+        {"question": f"Tom has {k} boxes of 617 pens. How many pens?", "answer": f"<<{k}*617={k * 617}>>\n#### {k * 617:,}"})
+        + "\n" for k in (1, 2, 3)))
+    (root / "svamp").mkdir()
+    (root / "svamp" / "SVAMP.json").write_text(json.dumps(
+        [{"ID": "chal-1", "Body": "Dan had 4 pens.", "Question": "He lost half. How many now?", "Answer": 2.0,
+          "Type": "Common-Division"}]))
+    folder = root / "dm" / "interpolate"
+    folder.mkdir(parents=True)
+    (folder / "arithmetic__div.txt").write_text("Divide -1 by 4.\n-0.25\nDivide 1 by 3.\n1/3\n")
+    (root / "arith").mkdir()
+    (root / "arith" / "interpolate.jsonl").write_text(json.dumps(
+        {"id": "t0", "question": "What is 12 - 19?", "answer": "-7", "operation": "sub", "operands": ["12", "19"],
+         "split": "interpolate"}) + "\n")
+    return root
+
+
+def test_eval_end_to_end_text_tasks(saved_tiny_model, text_eval_data, tmp_path, capsys):
+    out = tmp_path / "eval"
+    argv = ["--model", str(saved_tiny_model), "--out", str(out), "--limit", "2", "--batch-size", "2",
+            "--max-new-tokens", "3", "--split", "interpolate", "--on-error", "skip",
+            "--data", f"deepmind_math:{text_eval_data / 'dm'}", "--data", f"arithmetic:{text_eval_data / 'arith'}"]
+    with pytest.warns(UserWarning, match="non-numeric answer"):
+        assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "num exact" in printed and "deepmind_math" in printed
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == ["interpolate/arithmetic__div/0", "t0"]
+    for r in records:
+        assert r["prediction"] == extract_answer(r["raw_output"], r["source"])
+        assert r["scores"] == score_prediction(r["prediction"], r["targets"], r["source"])
+        assert set(r["scores"]) == {"exact_match", "number_exact", "within_0.001", "within_0.01", "within_0.05"}
+    assert [r["targets"] for r in records] == [["-0.25"], ["-7"]]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["skipped"]["deepmind_math"]["read"] == 1
+    assert metrics["skipped"]["deepmind_math"]["reasons"] == {"non-numeric answer": 1}
+
+    out = tmp_path / "eval_gsm"
+    argv = ["--model", str(saved_tiny_model), "--out", str(out), "--max-new-tokens", "2", "--split", "test",
+            "--data", f"gsm8k:{text_eval_data / 'gsm8k'}", "--data", f"svamp:{text_eval_data / 'svamp'}"]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert [r["targets"] for r in records] == [["617"], ["1234"], ["1851"], ["2"]]
+    assert [r["target"] for r in records] == ["617", "1234", "1851", "2"]

@@ -1,5 +1,6 @@
 import math
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
@@ -13,6 +14,9 @@ from vlm_smmd.metrics import (
     clock_time_gap,
     clock_within,
     exact_match,
+    extract_final_number,
+    final_number_match,
+    final_number_within,
     normalize_answer,
     parse_decimal,
     parse_number,
@@ -210,3 +214,74 @@ def test_clock_correctness_metrics():
     assert not clock_hour_correct("?", "3:07") and not clock_minute_correct("?", "3:07")
     assert clock_within("11:58", "12:03", 5) and not clock_within("11:58", "12:03", 4.9)
     assert not clock_within("nope", "12:03", 600)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Final numbers of generated solutions
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Natalia sold 24 in May.\nShe sold 72 altogether.\n#### 72", "72"),
+    ("#### 1,234", "1234"),
+    ("so 5 + 7 = 12\n#### 12\nThe answer is 13", "12"),  # '####' first
+    ("#### 1 then #### 2", "2"),  # the last '####'
+    ("She has 3 apples. The answer is $1,234.50.", "1234.50"),
+    ("The answer is 7. Check: 7 * 2 = 14", "7"),  # first number after the last 'The answer is'
+    ("The final answer is: **-3**", "-3"),
+    ("3 + 4 = 7 apples.", "7"),  # else the last number
+    ("It costs $12.", "12"),
+    ("It cost -$12 in the end", "-12"),
+    ("x = \u22125", "-5"),  # Unicode minus
+    ("10-5=5 and 10-6", "6"),  # a minus after a digit subtracts
+    ("so - 5", "5"),  # a bullet-like dash is no sign
+    ("1234.0", "1234.0"),
+    ("half is 1/2", "2"),
+    ("I get 3.5.", "3.5"),
+    ("#### \nso 41", "41"),  # nothing after '####': the next rule
+    ("The answer is unknown, maybe 8", "8"),
+    ("values 1,2345", None),  # commas not in groups of three: not guessed
+    ("no number here", None),
+    ("", None),
+])
+def test_extract_final_number(text, expected):
+    assert extract_final_number(text) == expected
+
+
+@given(st.integers(-10**12, 10**12), st.integers(0, 99), st.sampled_from(["#### {}", "The answer is {}.",
+                                                                          "Total: 3 + {}", "So we get ${}."]))
+def test_extract_final_number_reads_formatted_values(n, cents, template):
+    written = f"{abs(n):,}.{cents:02d}"
+    text = "We add 2 and 3 first.\n" + template.format(("-" if n < 0 else "") + written)
+    expected = Fraction(abs(n) * 100 + cents, 100) * (-1 if n < 0 else 1)
+    assert Fraction(extract_final_number(text)) == expected
+
+
+def test_final_number_match_by_value():
+    for prediction in ("1,234", "1234", "1234.0", "#### 1,234", "The answer is $1,234.00."):
+        assert final_number_match(prediction, "1234"), prediction
+    assert final_number_match("1234", "1,234") and final_number_match("-0.50", "-0.5")
+    assert not final_number_match("1235", "1234") and not final_number_match("no number", "1234")
+    assert not final_number_match("", "0")
+    with pytest.raises(ValueError, match="not a number"):
+        final_number_match("1", "1/2")
+
+
+def _within_reference(p: str, t: str, tol: str) -> bool:
+    return abs(Fraction(p) - Fraction(t)) <= Fraction(tol) * abs(Fraction(t))
+
+
+@given(st.decimals(-10**6, 10**6, places=3, allow_nan=False, allow_infinity=False),
+       st.decimals(-10**6, 10**6, places=3, allow_nan=False, allow_infinity=False),
+       st.sampled_from(["0", "0.001", "0.01", "0.05"]))
+def test_final_number_within_matches_exact_fractions(p, t, tol):
+    assert final_number_within(str(p), str(t), float(tol)) == _within_reference(str(p), str(t), tol)
+
+
+def test_final_number_within_boundaries():
+    assert final_number_within("105", "100", 0.05) and not final_number_within("105.01", "100", 0.05)
+    assert final_number_within("1.05", "1", 0.05)  # exact decimals: no binary float surprise at the boundary
+    assert final_number_within("0", "0", 0.05) and not final_number_within("0.001", "0", 0.05)
+    assert final_number_within("1234.0", "1234", 0) and not final_number_within("1234.5", "1234", 0)
+    assert not final_number_within("nothing", "3", 0.05)
+    with pytest.raises(ValueError, match="tolerance"):
+        final_number_within("1", "1", -0.1)

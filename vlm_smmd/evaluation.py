@@ -11,7 +11,12 @@ meta (the sample's meta, JSON-safe) and scores:
 - every source: exact_match (`metrics.exact_match`, case-insensitive, max over targets);
 - chartqa, plotqa, dvqa: relaxed_accuracy (ChartQA convention, max over targets);
 - clocks (against the first target, on the 12-hour dial): time_exact, hour_correct, minute_correct,
-  time_gap_minutes (None when the prediction holds no time) and within_5_min.
+  time_gap_minutes (None when the prediction holds no time) and within_5_min;
+- gsm8k, svamp, deepmind_math, arithmetic (text tasks): the prediction is the final number of the
+  generation (`metrics.extract_final_number`: after "####", else after "The answer is", else the last
+  number) and the target the sample's exact final number (`meta["final_answer"]`, also when the model
+  was trained on GSM8K rationales); number_exact (equal values: "1,234" == "1234.0") and within_0.001,
+  within_0.01, within_0.05 (relative tolerance, exact decimal arithmetic).
 """
 
 from __future__ import annotations
@@ -29,21 +34,27 @@ from typing import NamedTuple
 
 from vlm_smmd.data.sample import DataError, SkipLog, check_on_error
 from vlm_smmd.metrics import (
+    RELATIVE_TOLERANCES,
     clock_exact,
     clock_hour_correct,
     clock_minute_correct,
     clock_time_gap,
     exact_match,
+    extract_final_number,
+    final_number_match,
+    final_number_within,
     parse_time,
     relaxed_accuracy,
     score_against_targets,
 )
 
-SOURCES = ("clocks", "chartqa", "plotqa", "dvqa")
+SOURCES = ("clocks", "chartqa", "plotqa", "dvqa", "gsm8k", "svamp", "deepmind_math", "arithmetic")
 CHART_SOURCES = ("chartqa", "plotqa", "dvqa")
+TEXT_SOURCES = ("gsm8k", "svamp", "deepmind_math", "arithmetic")  # numeric answers scored as final numbers
 WITHIN_MINUTES = 5
 # meta keys each chart source is broken down by (clocks: every categorical meta key, see `style_keys`)
-BREAKDOWNS = {"chartqa": ("subset",), "dvqa": ("template_id", "question_type"), "plotqa": ("template", "type")}
+BREAKDOWNS = {"chartqa": ("subset",), "dvqa": ("template_id", "question_type"), "plotqa": ("template", "type"),
+              "svamp": ("type",), "deepmind_math": ("module",), "arithmetic": ("operation",)}
 # clock meta keys that are no style attribute
 CLOCK_NON_STYLE = {"hour", "minute", "second", "file_name", "image", "question", "answer", "answers", "split",
                    "id", "seed", "index", "record"}
@@ -64,27 +75,41 @@ _TIME_CANDIDATE = re.compile(r"(?<![\d:])\d{1,2}:\d{2}(?::\d{2})?(?![\d:])(?:\s*
 _DOTTED_PM = re.compile(r"[ap]\.\s?m\.$", re.IGNORECASE)
 _ABBREVIATION = re.compile(r"(?:^|\s)(?:[A-Za-z]\.)+$")  # "U.S." keeps its final period
 _WRAPPERS = " \t\"'`*"
+# markdown around an answer: a leading bullet, heading or quote marker; emphasis and code markers that
+# touch no word character on their outer side ("**Answer:** 7"; "2*3" and "snake_case" keep theirs)
+_BLOCK_MARK = re.compile(r"^(?:[-*+\u2022]\s+|#{1,6}\s+|>\s*)+")
+_EMPHASIS = re.compile(r"(?<![\w*_`])[*_`]+|[*_`]+(?![\w*_`])")
 
 
 def extract_answer(text: str, source: str) -> str:
     """The answer in generated `text`.
 
-    For clocks, the first valid time reading anywhere in the text ("It is 3:15 pm." -> "3:15 pm"), if any.
-    Otherwise: the first non-empty line, stripped; a leading "The answer is", "Answer:", "Final answer:",
-    "A:" (and, for clocks, "The time is" / "It is") removed; surrounding quotes, backticks and markdown
+    For the text tasks (TEXT_SOURCES), the final number (`metrics.extract_final_number`: "#### 1,234" ->
+    "1234"), or "" when the text holds none. For clocks, the first valid time reading anywhere in the text
+    ("It is 3:15 pm." -> "3:15 pm"), if any. Otherwise: the first non-empty line, stripped, without
+    markdown (a leading "- " bullet, "#" heading or ">" quote; emphasis and code markers "**", "_", "`"
+    where they touch no word character outside: "**Answer:** 7" -> "Answer: 7"); then a leading "The
+    answer is", "Answer:", "Final answer:", "A:" (and, for clocks, "The time is" / "It is") removed -- a
+    line that was only such a prefix gives the next non-empty line; surrounding quotes, backticks and
     asterisks removed; one trailing period removed unless the text ends in an abbreviation ("U.S.").
     Empty text gives "".
     """
+    if source in TEXT_SOURCES:
+        return extract_final_number(text) or ""
     if source == "clocks":
         for m in _TIME_CANDIDATE.finditer(text):
             if parse_time(m.group(), whole=True) is not None:
                 reading = m.group().strip()
                 # "3:15 pm." ends a sentence; "3:15 p.m." keeps its period
                 return reading[:-1] if reading.endswith(".") and not _DOTTED_PM.search(reading) else reading
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    line = _PREFIX.sub("", line, count=1).strip()
-    if source == "clocks":
-        line = _CLOCK_PREFIX.sub("", line, count=1).strip()
+    line = ""
+    for candidate in (ln for ln in text.splitlines() if ln.strip()):
+        plain = _EMPHASIS.sub("", _BLOCK_MARK.sub("", candidate.strip())).strip()
+        line = _PREFIX.sub("", plain, count=1).strip()
+        if source == "clocks":
+            line = _CLOCK_PREFIX.sub("", line, count=1).strip()
+        if line or line == plain:  # a line that was only "Answer:" -> the next line
+            break
     line = line.strip(_WRAPPERS)
     if line.endswith(".") and not _ABBREVIATION.search(line):
         line = line[:-1]
@@ -102,6 +127,12 @@ def score_prediction(prediction: str, targets: Sequence[str], source: str) -> di
     scores: dict = {"exact_match": score_against_targets(exact_match, prediction, targets)}
     if source in CHART_SOURCES:
         scores["relaxed_accuracy"] = score_against_targets(relaxed_accuracy, prediction, targets)
+    elif source in TEXT_SOURCES:
+        scores["number_exact"] = score_against_targets(final_number_match, prediction, targets)
+        for tolerance in RELATIVE_TOLERANCES:
+            if tolerance:
+                scores[f"within_{tolerance:g}"] = score_against_targets(final_number_within, prediction, targets,
+                                                                        tolerance=tolerance)
     elif source == "clocks":
         target = targets[0]
         gap = clock_time_gap(prediction, target)
@@ -136,7 +167,10 @@ def json_safe(value):
 
 
 def sample_targets(sample) -> list[str]:
-    """Every accepted label of a sample: `meta["answers"]` when the reader kept several, else [answer]."""
+    """Every accepted label of a sample: for the text tasks [meta["final_answer"]] (the exact final number,
+    whatever the training target), else `meta["answers"]` when the reader kept several, else [answer]."""
+    if sample.source in TEXT_SOURCES and isinstance(sample.meta, Mapping) and sample.meta.get("final_answer") is not None:
+        return [str(sample.meta["final_answer"])]
     answers = sample.meta.get("answers") if isinstance(sample.meta, Mapping) else None
     if isinstance(answers, (list, tuple)) and answers:
         return [str(a) for a in answers]
@@ -368,18 +402,26 @@ def write_outputs(records: Sequence[Mapping], metrics: Mapping, out_dir) -> tupl
     return predictions, metrics_path
 
 
+TABLE_COLUMNS = (("exact", "exact_match"), ("relaxed", "relaxed_accuracy"), ("time exact", "time_exact"),
+                 (f"<={WITHIN_MINUTES} min", "within_5_min"), ("mean gap", "mean_time_gap_minutes"),
+                 ("num exact", "number_exact"), ("rel 0.1%", "within_0.001"), ("rel 1%", "within_0.01"),
+                 ("rel 5%", "within_0.05"))
+
+
 def format_metrics_table(metrics: Mapping) -> str:
-    """A short text table: one row per source and split."""
-    header = ("source", "split", "count", "exact", "relaxed", "time exact", f"<={WITHIN_MINUTES} min", "mean gap")
-    keys = ("exact_match", "relaxed_accuracy", "time_exact", "within_5_min", "mean_time_gap_minutes")
+    """A short text table: one row per source and split; a column only when some row has its metric
+    (exact match always)."""
+    rows_in = [(source, split, m) for source, splits in metrics["sources"].items() for split, m in splits.items()]
+    columns = [(title, key) for title, key in TABLE_COLUMNS
+               if key == "exact_match" or any(m.get(key) is not None for _, _, m in rows_in)]
+    header = ("source", "split", "count", *(title for title, _ in columns))
     rows = [header]
-    for source, splits in metrics["sources"].items():
-        for split, m in splits.items():
-            cells = [source, split, str(m["count"])]
-            for key in keys:
-                value = m.get(key)
-                cells.append("-" if value is None else (f"{value:.1f}" if key.startswith("mean") else f"{value:.3f}"))
-            rows.append(tuple(cells))
+    for source, split, m in rows_in:
+        cells = [source, split, str(m["count"])]
+        for _, key in columns:
+            value = m.get(key)
+            cells.append("-" if value is None else (f"{value:.1f}" if key.startswith("mean") else f"{value:.3f}"))
+        rows.append(tuple(cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 

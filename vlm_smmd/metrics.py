@@ -1,4 +1,5 @@
-"""Answer scoring: ChartQA relaxed accuracy, exact match, number parsing for analysis, clock metrics.
+"""Answer scoring: ChartQA relaxed accuracy, exact match, number parsing for analysis, clock metrics, and
+the final-number metrics of the text tasks (GSM8K, SVAMP, DeepMind Mathematics, arithmetic).
 
 Pure string functions; every metric takes `(prediction, target)` in that order.
 """
@@ -136,6 +137,76 @@ def parse_number(text: str) -> float | None:
     """`parse_decimal(text)` as a float (None when it does not parse)."""
     value = parse_decimal(text)
     return None if value is None else float(value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Final numbers of generated solutions (text tasks)
+
+RELATIVE_TOLERANCES = (0.0, 1e-3, 1e-2, 5e-2)  # the tolerances the text tasks report
+# a number in running text: optional sign (not a binary minus: no word character or ')' before it),
+# optional '$', digits with ',' thousands groups or without, optional fraction; never inside a longer number
+_TEXT_NUMBER = re.compile(
+    r"(?:(?<![\w)])(?P<sign>[-\u2212]))?(?:\$\s?)?"
+    r"(?<![\d.,])(?P<number>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?![\d]|,\d)",
+    re.ASCII,
+)
+_HASHES = re.compile(r"####")
+_ANSWER_IS = re.compile(r"the\s+(?:final\s+)?answer\s+is", re.IGNORECASE)
+
+
+def _numbers(text: str, start: int = 0) -> list[str]:
+    found = []
+    for m in _TEXT_NUMBER.finditer(text, start):
+        sign = "-" if m["sign"] else ""
+        found.append(sign + m["number"].replace(",", ""))
+    return found
+
+
+def extract_final_number(text: str) -> str | None:
+    """The final answer of a generated solution, GSM8K convention, as a plain number string, or None.
+
+    The first number after the last "####" if one follows it; else the first number after the last
+    "The answer is" (or "The final answer is", any case) if one follows it; else the last number of the
+    text. Numbers may carry a sign, a "$", ',' thousands separators in groups of three and a fraction;
+    the result drops '$' and ',' ("$1,234." -> "1234", "-5" stays "-5", a Unicode minus becomes '-',
+    "1234.0" stays "1234.0"). A '-' right after a word character or ')', or followed by a space, is no
+    sign ("10-5" -> "5", "- 5" -> "5"); "1/2" gives "2", "3.5." gives "3.5"; commas that do not group
+    by three ("12,5", "1,2345") leave those digits unread rather than guessed.
+    """
+    for anchor in (_HASHES, _ANSWER_IS):
+        marks = list(anchor.finditer(text))
+        after = _numbers(text, marks[-1].end()) if marks else []
+        if after:
+            return after[0]
+    numbers = _numbers(text)
+    return numbers[-1] if numbers else None
+
+
+def _final_target(target: str) -> Decimal:
+    value = parse_decimal(target)
+    if value is None:
+        raise ValueError(f"target {target!r} is not a number")
+    return value
+
+
+def final_number_match(prediction: str, target: str) -> bool:
+    """The final number of `prediction` (`extract_final_number`) equals the target's value: "1,234",
+    "1234" and "1234.0" all match a target "1234". False when the prediction holds no number; ValueError
+    when the target is not a number (`parse_decimal`)."""
+    t = _final_target(target)
+    p = extract_final_number(prediction)
+    return p is not None and Decimal(p) == t
+
+
+def final_number_within(prediction: str, target: str, tolerance: float) -> bool:
+    """|p - t| <= tolerance * |t| for the prediction's final number p and the target's value t, in exact
+    decimal arithmetic (tolerance 0 is `final_number_match`; a zero target needs p == 0). False when the
+    prediction holds no number; ValueError when the target is not a number or the tolerance is negative."""
+    if not tolerance >= 0:
+        raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
+    t = _final_target(target)
+    p = extract_final_number(prediction)
+    return p is not None and abs(Decimal(p) - t) <= Decimal(str(tolerance)) * abs(t)
 
 
 # ---------------------------------------------------------------------------------------------------------
