@@ -16,7 +16,7 @@ COMMANDS = {
 
 def usage() -> str:
     lines = ["usage: data-synth COMMAND [options]   (data-synth COMMAND --help for its options)", "", "commands:"]
-    lines += [f"  {name:<10} {text}" for name, (_, _, text) in COMMANDS.items()]
+    lines += [f"  {name:<11} {text}" for name, (_, _, text) in COMMANDS.items()]
     return "\n".join(lines)
 
 
