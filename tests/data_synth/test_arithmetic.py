@@ -218,3 +218,16 @@ def test_sigterm_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp
     monkeypatch.chdir(tmp_path)
     assert main(args[1:] + ["--resume"]) == 0
     assert tree(tmp_path / "ds") == tree(write_arithmetic_dataset(tmp_path / "ref", num, seed=8, **QUIET))
+
+
+def test_read_arithmetic_loads_it_unchanged(tmp_path):
+    from vlm_smmd.data import read_arithmetic
+
+    out = write_arithmetic_dataset(tmp_path / "ds", 400, seed=1, places=2, negatives=True, div_places=1, **QUIET)
+    for split in ("train", "test"):
+        samples = read_arithmetic(out, split)
+        recs = records(out, split)
+        assert len(samples) == len(recs) and samples.skipped == 0
+        assert [(s.id, s.question, s.answer) for s in samples] == [(r["id"], r["question"], r["answer"]) for r in recs]
+        assert samples[0].image is None and samples[0].meta["operands"] == recs[0]["operands"]
+    assert any(r["answer"].startswith("-") for r in records(out, "train"))
