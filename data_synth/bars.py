@@ -120,6 +120,8 @@ def bar_columns(geometry: dict, count: int, max_bars: int) -> list[tuple[int, in
 def make_bar_chart(rng: random.Random, *, axis_max: int = 100, places: int = 0, bars=(1, 1)) -> dict:
     """Random bar values (JSON-able; exact decimal strings with `places` decimals) and colour."""
     lo, hi = bars
+    if not 1 <= lo <= hi <= len(LETTERS):
+        raise ValueError(f"bars per chart must be (lowest, highest) within 1..{len(LETTERS)}, got {bars!r}")
     count = rng.randint(lo, hi)
     one = 10 ** places
     counts = [rng.randrange(axis_max * one) for _ in range(count)]  # values in units of 10**-places
