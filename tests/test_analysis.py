@@ -136,7 +136,7 @@ def test_planted_errors_are_reported_exactly():
     assert a["kinds"] == {"numeric": 11, "non_numeric_target": 1, "clock": 6, "clock_non_time_target": 1}
     assert sum(a["kinds"].values()) == a["records"]
     assert a["exact_match"] == pytest.approx(5 / 19)  # A, H (second label), K, L, M
-    assert a["relaxed_accuracy"] == pytest.approx(6 / 19)  # A, F, H, K, L, M
+    assert a["relaxed_accuracy"] == pytest.approx(5 / 12)  # over the chart records: A, F, H, K, L
     assert a["by_source"]["chartqa"]["records"] == 12 and a["by_source"]["clocks"]["records"] == 7
 
     n = a["numeric"]
@@ -164,6 +164,12 @@ def test_planted_errors_are_reported_exactly():
     assert conf[3][6] == conf[2][1] == conf[1][2] == conf[7][0] == 1
     assert n["digit_error_histogram"] == [17, 2, 0, 1, 0, 0, 0, 1, 0, 0]
 
+    # |p - t| over the 10 parsed: A 0, B 30, C 10, D 10, E 63, F 0.05, G 0, H 0, J 10, K 0
+    assert n["abs_error"]["mean"] == pytest.approx(123.05 / 10) and n["abs_error"]["n"] == 10
+    assert n["within_abs"] == {"0": 4, "1": 5, "2": 5, "5": 5, "10": 8}  # of 11: the non-numeric I misses
+    assert n["within_abs_rate"]["1"] == pytest.approx(5 / 11)
+    assert n["within_relative"]["0.05"] == 5  # A, F (1.5%), G, H, K (zero target: exact)
+
     rel = n["relative_error"]
     assert (rel["nonzero_target_records"], rel["zero_target_records"]) == (10, 1)
     assert len(rel["values"]) == 9
@@ -182,6 +188,11 @@ def test_planted_errors_are_reported_exactly():
     assert {b["label"]: b["count"] for b in c["gap_buckets"]} == {
         "0": 1, "(0, 1]": 0, "(1, 5]": 1, "(5, 15]": 0, "(15, 30]": 1, "(30, 60]": 0, "(60, 180]": 0, "(180, 360]": 2}
     assert c["mean_gap"] == pytest.approx(546 / 5) and c["median_gap"] == 25.0
+    assert c["analysed"] == 5 and c["mean_gap_worst_case"] == pytest.approx((546 + 360) / 6)
+    # clock digits: targets 10:07 12:03 2:50 3:15 9:20 (4:30 holds no prediction time)
+    places = {k: (v["correct"], v["target_digits"], v["missing"], v["extra"]) for k, v in c["places"].items()}
+    assert places == {"hour tens": (2, 2, 0, 1),  # 10, 12 (from 11:58) right; 10:14 for 2:50 has an extra one
+                      "hour units": (2, 5, 0, 0), "minute tens": (2, 5, 0, 0), "minute units": (2, 5, 0, 0)}
     json.dumps(a, allow_nan=False)  # strict JSON
 
 
@@ -193,7 +204,8 @@ def test_perfect_run():
     assert c["exact"] == 6 and c["swapped_hands"] == 0 and c["no_time"] == 0
     rows = compare_runs({"ce": analyze_records(planted_records()), "smmd": a})
     assert rows["digit accuracy: tens"] == {"ce": 0.5, "smmd": 1.0}
-    assert rows["swapped hands"] == {"ce": 1, "smmd": 0}
+    assert rows["clock digit accuracy: hour units"] == {"ce": 0.4, "smmd": 1.0}
+    assert rows["answer holds no time"] == {"ce": pytest.approx(1 / 6), "smmd": 0.0}
     assert rows["records"] == {"ce": 19, "smmd": 19}
 
 
@@ -236,19 +248,21 @@ def test_analyze_cli_compares_two_runs(tmp_path, capsys):
     assert data["inputs"] == {"CE": str(ce), "SMMD": str(smmd)}
 
     expected = {"place_accuracy.png", "digit_error.png", "first_wrong_place.png", "relative_error_cdf.png",
-                "confusion_0_CE.png", "confusion_1_SMMD.png", "clock_gap_hist.png", "clock_breakdown.png"}
+                "abs_within.png", "confusion_0_CE.png", "confusion_1_SMMD.png", "clock_gap_hist.png",
+                "clock_breakdown.png", "clock_place_accuracy.png", "clock_digit_error.png",
+                "clock_confusion_0_CE.png", "clock_confusion_1_SMMD.png"}
     assert {p.name for p in out.glob("*.png")} == expected
     for name in expected:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     report = (out / "report.md").read_text()
     assert set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)) == expected  # every image embedded, by relative path
-    assert "| metric | CE | SMMD |" in report
+    assert "| figure | over | CE | SMMD | chance | best constant |" in report
     assert "| tens | 0.500 (3/6; 0 missing, 1 extra) | 1.000 (7/7; 0 missing, 0 extra) |" in report
-    assert "| non-numeric predictions (left out of the digit tables) | 1 | 0 |" in report
+    assert "| answers holding no number (left out of the digit tables and the MAE) | 1 | 0 |" in report
     assert "| non_numeric_target | 1 | 1 |" in report
     assert "| clock_non_time_target | 1 | 1 |" in report
-    assert "| swapped hands | 1 (0.167) | 0 (0.000) |" in report
+    assert "| swapped hands | 1/6 (0.167) | 0/6 (0.000) |" in report
     assert "do not cover the same record ids" not in report
 
 
@@ -282,5 +296,254 @@ def test_analyze_cli_errors(tmp_path, capsys):
 def test_write_report_single_run(tmp_path):
     report = write_report({"only": analyze_records(planted_records())}, tmp_path / "r")
     text = report.read_text()
-    assert "| metric | only |" in text and "## Clock answers" in text
+    assert "| figure | over | only | chance | best constant |" in text and "## Clock answers" in text
     assert (tmp_path / "r" / "confusion_0_only.png").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Clock digits
+
+
+def test_clock_digits_per_place():
+    recs = [
+        _rec(0, "3:15", "3:05", source="clocks"),    # minute tens wrong (0 for 1)
+        _rec(1, "12:05", "0:05", source="clocks"),   # 12-hour dial: 0 o'clock is 12, all right
+        _rec(2, "10:07", "1:07", source="clocks"),   # hour tens missing, hour units 1 for 0
+        _rec(3, "4:20", "no idea", source="clocks"),  # no time: left out, counted
+        _rec(4, "11:58", "11:59", source="clocks"),  # minute units 9 for 8
+        _rec(5, "7.5", "7", source="chartqa"),       # not a clock record
+        _rec(6, "1:02:03", "1:02:13", source="clocks"),  # seconds: second tens 1 for 0
+        _rec(7, "1:02:03", "1:02", source="clocks"),  # a prediction without seconds misses both
+    ]
+    assert analysis.clock_digit_pairs(ClockTime(1, 7), ClockTime(10, 7)) == [
+        ("hour tens", 1, None), ("hour units", 0, 1), ("minute tens", 0, 0), ("minute units", 7, 7)]
+    c = analyze_records(recs)["clock"]
+    assert c["records"] == 7 and c["no_time"] == 1 and c["analysed"] == 6
+    got = {k: (v["correct"], v["target_digits"], v["missing"]) for k, v in c["places"].items()}
+    assert list(got) == ["hour tens", "hour units", "minute tens", "minute units", "second tens", "second units"]
+    assert got["hour tens"] == (2, 3, 1)  # targets 12, 10, 11
+    assert got["hour units"] == (5, 6, 0)  # 3, 2, 0 (1 predicted), 1, 1, 1
+    assert got["minute tens"] == (5, 6, 0) and got["minute units"] == (5, 6, 0)
+    assert got["second tens"] == (0, 2, 1) and got["second units"] == (1, 2, 1)
+    assert c["confusion"][1][0] == 1 and c["confusion"][0][1] == 2 and c["confusion"][8][9] == 1
+    assert sum(c["digit_error_histogram"]) == sum(map(sum, c["confusion"]))  # aligned digits only
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Chance, best constant, collapse
+
+
+def _brute_chance(targets, score):
+    """Mean of score(other target, target) over ordered pairs of distinct records, written plainly."""
+    values = [score(targets[j], targets[i]) for i in range(len(targets)) for j in range(len(targets)) if i != j]
+    return sum(values) / len(values)
+
+
+def test_chance_uniform_0_to_99_is_exact():
+    # every value 0..99 once: E|i - j| over i != j is (n + 1) / 3; 2 * (100 - k) ordered pairs are k apart
+    recs = [_rec(i, str(v), "0") for i, v in enumerate(range(100))]
+    a = analyze_records(recs)
+    ch = a["numeric"]["chance"]
+    assert ch["mae"] == pytest.approx(101 / 3) and ch["value_exact"] == 0.0
+    assert ch["within_abs"]["1"] == pytest.approx(2 * 99 / 9900)
+    assert ch["within_abs"]["2"] == pytest.approx((2 * 99 + 2 * 98) / 9900)
+    assert ch["places"]["units"] == pytest.approx(10 * 9 / 99 / 10)  # 10 of each units digit
+    assert ch["places"]["tens"] == pytest.approx(9 * 10 * 9 / (90 * 99))  # 10..99 have a tens digit
+    assert a["chance"]["exact_match"] == 0.0
+    assert a["numeric"]["constant"]["mae"] == pytest.approx(sum(abs(v - 49) for v in range(100)) / 100)
+    assert "exact over all 100 x 99" in ch["method"]
+
+
+def test_chance_equals_brute_force_on_a_skewed_distribution():
+    targets = ["3", "3", "3", "17", "-2.5", "40", "40", "0.25"]
+    recs = [_rec(i, t, "x") for i, t in enumerate(targets)]
+    a = analyze_records(recs)
+    ch = a["numeric"]["chance"]
+    val = {t: Decimal(t) for t in targets}
+    assert ch["value_exact"] == pytest.approx(_brute_chance(targets, lambda p, t: val[p] == val[t]))
+    assert ch["mae"] == pytest.approx(_brute_chance(targets, lambda p, t: float(abs(val[p] - val[t]))))
+    assert ch["within_abs"]["2"] == pytest.approx(_brute_chance(targets, lambda p, t: abs(val[p] - val[t]) <= 2))
+    assert a["chance"]["exact_match"] == pytest.approx(_brute_chance(targets, lambda p, t: p == t))
+    assert a["chance"]["relaxed_accuracy"] == pytest.approx(
+        _brute_chance(targets, lambda p, t: analysis.relaxed_accuracy(p, t)))
+
+    def place_correct(p, t):
+        pairs = [x for x in align_digits(p, t) if x.target is not None]
+        return sum(x.prediction == x.target for x in pairs), len(pairs)
+
+    for name, place in (("tens", 1), ("units", 0), ("tenths", -1)):
+        pairs = [(targets[j], targets[i]) for i in range(8) for j in range(8) if i != j]
+        hits = [x for p, t in pairs for x in align_digits(p, t) if x.place == place and x.target is not None]
+        assert ch["places"][name] == pytest.approx(sum(x.prediction == x.target for x in hits) / len(hits))
+    assert a["numeric"]["constant"]["value_exact"] == pytest.approx(3 / 8)  # always "3"
+    assert a["numeric"]["constant"]["value_exact_answer"] == "3"
+
+
+def test_clock_chance_equals_brute_force():
+    from vlm_smmd.metrics import clock_hour_correct, clock_time_gap
+
+    targets = ["3:15", "3:15", "9:45", "12:00", "11:58", "6:30", "10:07"]
+    a = analyze_records([_rec(i, t, "x", source="clocks") for i, t in enumerate(targets)])
+    ch = a["clock"]["chance"]
+    assert ch["mean_gap"] == pytest.approx(_brute_chance(targets, clock_time_gap))
+    assert ch["rates"]["hour_correct"] == pytest.approx(_brute_chance(targets, clock_hour_correct))
+    assert ch["within_minutes_rate"]["5"] == pytest.approx(_brute_chance(targets, lambda p, t: clock_time_gap(p, t) <= 5))
+    assert sum(ch["gap_bin_fractions"]) == pytest.approx(1.0)
+    const = a["clock"]["constant"]
+    best = min(targets, key=lambda c: sum(clock_time_gap(c, t) for t in targets))
+    assert const["mean_gap"] == pytest.approx(sum(clock_time_gap(best, t) for t in targets) / len(targets))
+    assert const["exact"] == pytest.approx(2 / 7) and const["exact_answer"] == "3:15"
+
+
+def test_chance_counts_each_record_once_and_samples_above_the_limit(monkeypatch):
+    recs = [_rec(i, str(i % 20), "1") for i in range(60)]
+    once = analyze_records(recs)
+    twice = analyze_records(recs + recs)  # two seeds pooled: the same ids again
+    assert twice["numeric"]["chance"]["mae"] == once["numeric"]["chance"]["mae"]
+    assert twice["numeric"]["chance"]["records"] == 60
+    monkeypatch.setattr(analysis, "PAIR_LIMIT", 10)  # 20 distinct values: 400 pairs > 10
+    sampled = analyze_records(recs)["numeric"]["chance"]
+    assert "estimated from" in sampled["method"] and "seed 0" in sampled["method"]
+    assert sampled["mae"] == pytest.approx(once["numeric"]["chance"]["mae"], rel=0.02)
+    assert analyze_records(recs)["numeric"]["chance"]["mae"] == sampled["mae"]  # seeded
+
+
+def _collapsed_clock_run():
+    """Like the first demo: 64 answers, "1:01" 40 times, 24 holding no time."""
+    recs = []
+    for i in range(64):
+        prediction = "1:01" if i < 40 else ("11:0", "11:2", "11:5")[i % 3]
+        recs.append(_rec(i, f"{i % 12 + 1}:{(7 * i) % 60:02d}", prediction, source="clocks"))
+    return recs
+
+
+def test_collapse_warning_fires_on_a_collapsed_run_only(tmp_path):
+    collapsed = analyze_records(_collapsed_clock_run())
+    c = collapsed["collapse"]
+    assert c["collapsed"] and c["most_common_prediction"] == "1:01" and c["most_common_count"] == 40
+    assert c["distinct_predictions"] == 4
+    assert c["distinct_targets"] == len({r["target"] for r in _collapsed_clock_run()}) == 60
+    assert len(c["reasons"]) == 2
+    varied = analyze_records(planted_records())
+    assert not varied["collapse"]["collapsed"]
+    # a majority answer that is also the majority target is no collapse
+    yes = [_rec(i, "yes" if i % 4 else "no", "yes" if i % 4 else "no") for i in range(40)]
+    assert not analyze_records(yes)["collapse"]["collapsed"]
+
+    report = write_report({"tiny": collapsed, "varied": varied}, tmp_path / "r").read_text()
+    head = report.split("## Summary")[0]
+    assert "**Warning: tiny mostly repeats itself**" in head and "'1:01' is 40 of 64 answers" in head
+    assert "varied mostly repeats" not in report
+    # denominators: the mean gap over the 40 answers holding a time, and the worst case over all 64
+    tiny = write_report({"tiny": collapsed}, tmp_path / "t").read_text()
+    assert re.search(r"\| mean gap \(min\), answers holding a time ↓ \| clock answers holding a time \| "
+                     r"[\d.]+ \(over 40 of 64\) \|", tiny)
+    worst = collapsed["clock"]["mean_gap_worst_case"]
+    assert worst == pytest.approx((sum(collapsed["clock"]["gaps"]) + 24 * 360) / 64)
+    assert f"| mean gap (min), no time = 360 ↓ | clock answers | {worst:.3f} (n=64) |" in tiny
+    assert "| answer holds no time ↓ | clock answers | 0.375 (24/64) |" in tiny
+    # targets 10-12 o'clock have an hour tens digit that no answer has: 0 correct, all missing (not "no data")
+    hour_tens = collapsed["clock"]["places"]["hour tens"]
+    assert hour_tens["correct"] == 0 and hour_tens["missing"] == hour_tens["target_digits"] > 0
+
+
+def test_no_data_places_and_plots(tmp_path):
+    a = analyze_records([_rec(0, "12.5", "12.5"), _rec(1, "3", "3")])
+    b = analyze_records([_rec(0, "12.5", "n/a"), _rec(1, "3", "x")])  # nothing parses: no digits at all
+    report = write_report({"a": a, "b": b}, tmp_path / "r").read_text()
+    assert "| tenths | 1.000 (1/1; 0 missing, 0 extra) | no data |" in report
+    assert "**b**\n\nno data (no aligned digits)" in report
+    assert (tmp_path / "r" / "confusion_0_a.png").exists() and not list((tmp_path / "r").glob("confusion_1_*"))
+    # clocks whose answers hold no time: counted, no gap histogram or digit plots drawn empty
+    no_time = analyze_records([_rec(i, f"{i + 1}:30", "x", source="clocks") for i in range(5)])
+    report = write_report({"c": no_time}, tmp_path / "c").read_text()
+    assert "No answer holds a time: no gap histogram." in report and "No answer holds a time: no digit" in report
+    assert {p.name for p in (tmp_path / "c").glob("*.png")} == {"clock_breakdown.png"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Negative numbers and decimals (text answers such as GSM8K)
+
+
+def test_negative_and_decimal_text_answers():
+    recs = [_rec(0, "-12.5", "-12.25", source="gsm8k"),  # hundredths extra, tenths 5 -> 2
+            _rec(1, "0.75", "0.7", source="gsm8k"),      # hundredths missing
+            _rec(2, "-3", "3", source="gsm8k"),          # sign error
+            _rec(3, "1,000", "1000.0", source="gsm8k")]  # exact
+    a = analyze_records(recs)
+    n = a["numeric"]
+    assert n["analysed"] == 4 and n["value_exact"] == 1 and n["sign_errors"] == 1
+    assert n["abs_error"]["mean"] == pytest.approx((0.25 + 0.05 + 6 + 0) / 4)
+    assert n["within_abs"]["1"] == 3
+    assert n["within_relative"]["0.05"] == 2  # 0.25 / 12.5 = 2%, exact 1000; 0.05 / 0.75 = 6.7% is out
+    assert n["places"]["tenths"]["correct"] == 1 and n["places"]["tenths"]["target_digits"] == 2  # 5 -> 2, 7
+    assert n["places"]["hundredths"]["missing"] == 1 and n["places"]["hundredths"]["extra"] == 1
+    keys = [f.key for f in analysis.headline(a)]
+    assert "value_exact" in keys and "within_rel_0.01" in keys and "relaxed_accuracy" not in keys
+    assert n["chance"]["mae"] == pytest.approx(_brute_chance(["-12.5", "0.75", "-3", "1,000"], lambda p, t: float(
+        abs(Decimal(p.replace(",", "")) - Decimal(t.replace(",", ""))))))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run behind the predictions
+
+
+def _planted_run(tmp_path, *, config=True, state=True):
+    run_dir = tmp_path / "model"
+    run_dir.mkdir()
+    if config:
+        (run_dir / "run_config.json").write_text(json.dumps({
+            "model_name_or_path": "scratch", "dataset": "chartqa", "aux": "smmd", "aux_lambda": 0.5,
+            "max_steps": 40, "learning_rate": 0.001, "seed": 3, "text_hidden_size": 64, "vision_depth": 2,
+            "weight_decay": 0.0}))
+    if state:
+        history = [{"step": s, "loss": 3.0 / s, "ce": 2.5 / s, "aux": 0.5 / s, "total": 3.0 / s,
+                    "learning_rate": 1e-3} for s in (10, 20, 30, 40)]
+        history += [{"step": 20, "eval_ce": 1.1, "eval_loss": 1.2, "eval_exact_match": 0.2, "eval_runtime": 3.0},
+                    {"step": 40, "eval_ce": 0.9, "eval_loss": 1.0, "eval_exact_match": 0.3, "eval_runtime": 3.0},
+                    {"step": 40, "train_runtime": 61.5, "train_loss": 0.1}]
+        (run_dir / "trainer_state.json").write_text(json.dumps({"global_step": 40, "log_history": history}))
+    eval_dir = tmp_path / "eval"
+    pred = _write_jsonl(eval_dir / "predictions.jsonl", planted_records()[:12])
+    (eval_dir / "metrics.json").write_text(json.dumps({"count": 12, "run": {"model": str(run_dir), "split": "test"}}))
+    return run_dir, pred
+
+
+def test_report_names_the_run_and_plots_its_training_curve(tmp_path, capsys):
+    run_dir, pred = _planted_run(tmp_path)
+    assert analysis.find_run_dir(pred) == run_dir
+    out = tmp_path / "report"
+    assert analysis.main([str(pred), "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "| aux | smmd |" in report and "| aux_lambda | 0.5 |" in report and "| max_steps | 40 |" in report
+    assert "| text_hidden_size | 64 |" in report and "| vision_depth | 2 |" in report
+    assert "Last logged values (step 40): ce 0.062, aux 0.013, eval_ce 0.900, eval_loss 1.000, training time 62 s" \
+        in report
+    assert "![training curve eval](training_curve_0_eval.png)" in report
+    assert (out / "training_curve_0_eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    series = analysis._curve_series(json.loads((run_dir / "trainer_state.json").read_text())["log_history"])
+    assert set(series) == {"training", "evaluation losses", "evaluation metrics"}
+    assert set(series["evaluation metrics"]) == {"eval_exact_match"}  # runtime is no metric
+    assert series["training"]["ce"][0] == (10.0, 0.25)
+
+
+def test_report_without_run_files_says_not_available(tmp_path):
+    run_dir, pred = _planted_run(tmp_path, config=False, state=False)
+    out = tmp_path / "r1"
+    assert analysis.main([str(pred), "--out", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "Run settings: not available." in report and "Training curve: not available." in report
+    assert f"no run_config.json in {run_dir}" in report
+    (run_dir / "trainer_state.json").write_text("{broken")
+    assert analysis.main([str(pred), "--out", str(tmp_path / "r2")]) == 0
+    assert "trainer_state.json unreadable" in (tmp_path / "r2" / "report.md").read_text()
+    # an explicit --run-dir wins; a prediction file with no metrics.json beside it still gets a report
+    other = _write_jsonl(tmp_path / "bare" / "p.jsonl", planted_records()[:3])
+    assert analysis.main([str(other), "--out", str(tmp_path / "r3")]) == 0
+    assert "no training folder found" in (tmp_path / "r3" / "report.md").read_text()
+    (tmp_path / "good").mkdir()
+    _planted_run(tmp_path / "good")
+    assert analysis.main([str(other), "--out", str(tmp_path / "r4"), "--run-dir", str(tmp_path / "good" / "model")]) == 0
+    assert "| aux | smmd |" in (tmp_path / "r4" / "report.md").read_text()
+    with pytest.raises(SystemExit):
+        analysis.main([str(other), "--out", str(tmp_path / "r5"), "--run-dir", "a", "--run-dir", "b"])

@@ -12,14 +12,16 @@ from vlm_smmd.analysis import analyze_records
 from vlm_smmd.compare import (
     Status,
     Variant,
-    clock_place_accuracy,
     main,
+    paired_bootstrap,
+    paired_differences,
     plan_variants,
     run_metrics,
     spread,
     variant_overrides,
     write_results,
 )
+from vlm_smmd.metrics import clock_time_gap
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "configs" / "tiny_cpu_clock.yaml"
@@ -49,24 +51,6 @@ def test_plan_variants_and_overrides(tmp_path):
     assert base == {"max_steps": 5, "kernel_seed": 99}  # not mutated
 
 
-def test_clock_place_accuracy():
-    records = [
-        rec(0, "3:05", "3:15"),    # minute tens wrong
-        rec(1, "0:05", "12:05"),   # 12-hour dial: 0 o'clock is 12, all right
-        rec(2, "1:07", "10:07"),   # hour tens missing, hour units 1 vs 0
-        rec(3, "no idea", "4:20"),  # no time: left out (counted as no_time by the analysis)
-        rec(4, "11:59", "11:58"),  # minute units wrong
-        rec(5, "7", "7.5", source="chartqa"),  # not a clock record
-    ]
-    acc = clock_place_accuracy(records)
-    assert list(acc) == ["hour tens", "hour units", "minute tens", "minute units"]
-    assert (acc["hour tens"]["correct"], acc["hour tens"]["total"]) == (2, 3)     # targets 12, 10, 11
-    assert (acc["hour units"]["correct"], acc["hour units"]["total"]) == (3, 4)   # 3, 2, 0!=1, 1
-    assert (acc["minute tens"]["correct"], acc["minute tens"]["total"]) == (3, 4)
-    assert (acc["minute units"]["correct"], acc["minute units"]["total"]) == (3, 4)
-    assert acc["hour tens"]["accuracy"] == pytest.approx(2 / 3)
-
-
 def test_spread_matches_hand_computation():
     s = spread([0.5, None, 0.75, 1.0])
     mean = (0.5 + 0.75 + 1.0) / 3
@@ -84,12 +68,14 @@ def test_run_metrics_numbers_and_mixture():
         rec(3, "many", "30", "dvqa"),        # non-numeric prediction
         rec(4, "3:00", "3:00"),              # a clock record: not numeric, not chart
     ]
-    m = run_metrics(analyze_records(records), records)
+    m = run_metrics(analyze_records(records))
     assert m["records"] == 5
     assert m["exact_match"] == pytest.approx(2 / 5)
     assert m["relaxed_accuracy"] == pytest.approx(2 / 4)  # over the 4 chart records only
-    assert m["mean_relative_error"] == pytest.approx((0 + 0.04 + 0.25) / 3)
+    assert m["mae"] == pytest.approx((0 + 0.4 + 5) / 3)  # over the 3 parsed predictions
+    assert m["within_1"] == pytest.approx(2 / 4)  # over the 4 numeric records: "many" misses
     assert m["non_numeric_rate"] == pytest.approx(1 / 4)
+    assert "value_exact" not in m  # a text-task figure: no text source here
     # tens: 1/1/2 all right; units: 2/0/0 -> right, right, wrong (5 vs 0)
     assert m["digit_acc_tens"] == 1.0 and m["digit_acc_units"] == pytest.approx(2 / 3)
     assert m["digit_acc_tenths"] is None  # only in the prediction ("extra"), no target digit there
@@ -103,7 +89,7 @@ def plant_run(out, variant, predictions, targets):
     run_dir.mkdir(parents=True)
     records = [rec(i, p, t) for i, (p, t) in enumerate(zip(predictions, targets))]
     (run_dir / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    figures = run_metrics(analyze_records(records), records)
+    figures = run_metrics(analyze_records(records))
     (run_dir / "done.json").write_text(json.dumps({"variant": variant.name, "figures": figures}))
 
 
@@ -153,12 +139,74 @@ def test_write_results_aggregates_seeds_and_reports_failures(tmp_path):
     assert "| none | 2/2 | 0.625 ± 0.177 |" in md
     assert "smmd-random (1 failed) | 1/2" in md
     assert "## Failed runs" in md and "KeyError: 'x'" in md and "runs/smmd-random-seed1/error.txt" in md
-    assert [p.name for p in paths["plots"]] == ["main_metric.png", "digit_accuracy.png"]
+    # chance from the evaluation targets, exactly: every ordered pair of distinct records
+    pairs = [(targets[j], targets[i]) for i in range(4) for j in range(4) if i != j]
+    gap_chance = sum(clock_time_gap(p, t) for p, t in pairs) / len(pairs)
+    assert float(none["mean_time_gap_min_chance"]) == pytest.approx(gap_chance)
+    assert float(none["hour_correct_chance"]) == 0.0  # four different hours
+    assert f"| *chance* |  | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | {gap_chance:.2f} |" in md
+    # paired with none by seed: smmd - none = +0.25 on both seeds; smmd-random only has seed 0
+    assert float(smmd["exact_match_diff"]) == pytest.approx(0.25) and smmd["exact_match_pairs"] == "2"
+    assert float(smmd["exact_match_low"]) == pytest.approx(0.25) == float(smmd["exact_match_high"])
+    assert none["exact_match_diff"] == "" and control["exact_match_pairs"] == "1" and control["exact_match_low"] == ""
+    assert "## Paired difference to CE only (aux `none`)" in md and "10,000 times" in md
+    assert "| smmd | 2 | **+0.250 [+0.250, +0.250]** |" in md
+    assert "- smmd-random: seed(s) 1 dropped: no finished smmd-random run with that seed" in md
+    assert [p.name for p in paths["plots"]] == ["main_metric.png", "digit_accuracy.png", "paired_differences.png"]
     for p in paths["plots"]:
         assert p.read_bytes().startswith(PNG)
     assert paths["report"] == tmp_path / "analysis" / "report.md"
     analysis = json.loads((tmp_path / "analysis" / "analysis.json").read_text())
     assert analysis["runs"]["none"]["records"] == 8  # both seeds pooled
+
+
+def test_paired_bootstrap_matches_a_plain_resampling():
+    import numpy as np
+
+    diffs = [0.1, -0.05, 0.3, 0.0, 0.12]
+    resamples, seed = 2000, 7
+    # the same seeded draws, the resample means and the linearly interpolated quantiles written out by hand
+    draws = np.random.default_rng(seed).integers(0, len(diffs), size=(resamples, len(diffs))).tolist()
+    means = sorted(sum(diffs[i] for i in row) / len(row) for row in draws)
+
+    def quantile(q):
+        h = (resamples - 1) * q
+        lo = math.floor(h)
+        return means[lo] + (h - lo) * (means[lo + 1] - means[lo])
+
+    got = paired_bootstrap(diffs, resamples=resamples, seed=seed)
+    assert got == {"n": 5, "mean": pytest.approx(sum(diffs) / 5), "low": pytest.approx(quantile(0.025)),
+                   "high": pytest.approx(quantile(0.975))}
+    assert got["low"] < got["mean"] < got["high"]
+    assert paired_bootstrap(diffs) == paired_bootstrap(diffs)  # seeded
+    assert paired_bootstrap([0.2, 0.2, 0.2]) == {"n": 3, "mean": pytest.approx(0.2), "low": pytest.approx(0.2),
+                                                 "high": pytest.approx(0.2)}
+    assert paired_bootstrap([0.5]) == {"n": 1, "mean": 0.5, "low": None, "high": None}
+    assert paired_bootstrap([])["mean"] is None
+
+
+def test_pairing_by_seed_drops_a_missing_seed():
+    variants = plan_variants(["none", "smmd"], [], [0, 1, 2])
+    figures = {"none-seed0": {"mae": 2.0}, "none-seed1": {"mae": 3.0},  # none-seed2 failed
+               "smmd-seed0": {"mae": 1.5}, "smmd-seed1": {"mae": 2.0}, "smmd-seed2": {"mae": 9.0}}
+    paired = paired_differences(variants, figures, ["mae"])
+    assert list(paired) == ["smmd"]
+    p = paired["smmd"]
+    assert p["seeds"] == [0, 1] and p["no_baseline"] == [2] and p["no_variant"] == []
+    assert p["figures"]["mae"]["n"] == 2 and p["figures"]["mae"]["mean"] == pytest.approx(-0.75)
+    assert paired_differences(plan_variants(["smmd", "ntl_was"], [], [0]), {}, ["mae"]) == {}
+
+
+def test_results_without_none_say_no_pairs(tmp_path):
+    variants = plan_variants(["smmd"], [], [0])
+    plant_run(tmp_path, variants[0], ["3:15", "1:00"], ["3:15", "4:00"])
+    status = Status(tmp_path / "status.json", [v.name for v in variants])
+    status.set(variants[0].name, status="done", seconds=1.0)
+    settings = {"config": "c.yaml", "config_sha256": "0" * 64, "overrides": {},
+                "eval": {"split": "test", "limit": None, "data": [["clocks", "/d"]], "max_new_tokens": 8}}
+    paths = write_results(tmp_path, variants, status, settings)
+    assert "No `none` variant in this comparison: no paired differences can be given." in paths["results_md"].read_text()
+    assert read_csv(paths["results_csv"])[0]["exact_match_diff"] == ""
 
 
 @pytest.mark.parametrize("argv, message", [

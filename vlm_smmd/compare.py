@@ -30,13 +30,17 @@ DIR layout:
         analysis/           per-digit report of this run
         error.txt           a failure: exit status and the tail of the log
         done.json           the done-marker, written last: a rerun skips this variant
-    results.md, results.csv per group: mean, sample std, min, max over finished seeds, n seeds
+    results.md, results.csv per group: mean, sample std, min, max over finished seeds, n seeds, the
+                            chance level, and the paired difference to CE only (aux none, same seed) with
+                            its bootstrap 95% interval (`paired_bootstrap`)
     runs.csv                per run, failed runs included
-    plots/                  main_metric.png, digit_accuracy.png
+    plots/                  main_metric.png, digit_accuracy.png, paired_differences.png
     analysis/               `analysis.write_report` over the groups (each column pools its seeds)
 
 Resumable: a variant with done.json is not rerun; a failed one is reported (in the tables, with its
-error tail) and retried by the next run; the exit status is 1 while any variant has failed.
+error tail) and retried by the next run; the exit status is 1 while any variant has failed. The tables
+recompute each finished run's figures from its predictions.jsonl (`analysis.headline`), so they cover
+figures added after a run finished.
 """
 
 from __future__ import annotations
@@ -57,11 +61,18 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .config import AUX_NAMES, ConfigError, load_config, parse_overrides, uses_deepspeed
 
 KERNEL_CONTROLS = ("random", "shuffled")
-CHART_SOURCES = ("chartqa", "plotqa", "dvqa")
+BASELINE = "none"  # the CE-only group every other group is paired with
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+# figures plotted per group, in this order of preference (the first four the runs have)
+PANEL_KEYS = ("exact_match", "mae", "within_2", "relaxed_accuracy", "hour_correct", "mean_time_gap_min",
+              "minute_correct", "within_5_min", "value_exact", "within_rel_0.01")
+WIDE_KEYS = {"mae", "mean_time_gap_min", "mean_time_gap_worst_min"}  # written with 2 decimals
 # keys compare sets per variant: an override of one of them would make the variants differ in more ways
 RESERVED = {"aux": "--aux", "kernel_mode": "--kernel-controls", "seed": "--seeds", "output_dir": "--out"}
 ERROR_TAIL_LINES = 60
@@ -96,104 +107,15 @@ def variant_overrides(base: Mapping, variant: Variant, run_dir: Path, base_kerne
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Per-run metrics
+# Per-run figures
 
 
-def _clock_digits(field: str, value: int) -> str:
-    """Digits as the answer writes them on the 12-hour dial: hour 1..12 ("3", "12"), minute/second "05"."""
-    return str(value % 12 or 12) if field == "hour" else f"{value:02d}"
+def run_metrics(analysis: Mapping) -> dict[str, float | int | None]:
+    """The table's figures for one run, keyed as in results.csv: "records" and every `analysis.headline`
+    figure (None: not applicable to this run). Clock digit places come from the analysis too."""
+    from .analysis import headline
 
-
-def clock_place_accuracy(records: Sequence[Mapping]) -> dict[str, dict]:
-    """Per-place digit accuracy of clock readings: {"hour tens": {"correct", "total", "accuracy"}, ...}.
-
-    Over clock records (`analysis.record_kind`) whose prediction holds a time (the others are counted as
-    "no time" by the analysis, as non-numeric predictions are left out of its digit tables). Each field
-    (hour on the 12-hour dial, minute, and second when the target has one) is written as in the answer and
-    aligned from the units digit; a target digit the prediction lacks counts as wrong. A target hour
-    below 10 has no tens digit and does not enter "hour tens".
-    """
-    from .analysis import record_kind
-    from .metrics import parse_time
-
-    counts: dict[str, list[int]] = {}
-    for r in records:
-        if record_kind(r) != "clock":
-            continue
-        target, pred = parse_time(r["targets"][0]), parse_time(r["prediction"])
-        if pred is None:
-            continue
-        for field in ("hour", "minute", "second"):
-            t_value, p_value = getattr(target, field), getattr(pred, field)
-            if t_value is None:
-                continue
-            t_digits = _clock_digits(field, t_value)
-            p_digits = "" if p_value is None else _clock_digits(field, p_value)
-            for k, place in enumerate(("units", "tens")):
-                if k < len(t_digits):
-                    c = counts.setdefault(f"{field} {place}", [0, 0])
-                    c[0] += k < len(p_digits) and p_digits[-1 - k] == t_digits[-1 - k]
-                    c[1] += 1
-    order = [f"{f} {p}" for f in ("hour", "minute", "second") for p in ("tens", "units")]
-    return {name: {"correct": counts[name][0], "total": counts[name][1],
-                   "accuracy": counts[name][0] / counts[name][1]} for name in order if name in counts}
-
-
-def run_metrics(analysis: Mapping, records: Sequence[Mapping]) -> dict[str, float | None]:
-    """The table's figures for one run, keyed as in results.csv (None: not applicable to this run).
-
-    exact_match over all records; relaxed_accuracy over chart-source records; clock figures over clock
-    records (mean time gap over predictions holding a time; no_time_rate the others); numeric figures
-    over numeric-target records (mean relative error over parsed predictions with a non-zero target;
-    non_numeric_rate the predictions that do not parse); digit accuracy per place (`analysis` for
-    numbers, `clock_place_accuracy` for clock readings).
-    """
-    from .analysis import place_name
-
-    m: dict[str, float | None] = {"records": analysis["records"], "exact_match": analysis["exact_match"]}
-    charts = {s: v for s, v in analysis["by_source"].items() if s in CHART_SOURCES}
-    n_chart = sum(v["records"] for v in charts.values())
-    m["relaxed_accuracy"] = (sum(v["relaxed_accuracy"] * v["records"] for v in charts.values()) / n_chart
-                             if n_chart else None)
-    clock = analysis["clock"]
-    if clock["records"]:
-        m["clock_exact"] = clock["rates"]["exact"]
-        m["within_5_min"] = clock["within_minutes_rate"]["5"]
-        m["mean_time_gap_min"] = clock["mean_gap"]
-        m["no_time_rate"] = clock["rates"]["no_time"]
-        for name, c in clock_place_accuracy(records).items():
-            m[f"digit_acc_{name.replace(' ', '_')}"] = c["accuracy"]
-    numeric = analysis["numeric"]
-    if numeric["records"]:
-        m["mean_relative_error"] = numeric["relative_error"]["mean"]
-        m["non_numeric_rate"] = numeric["non_numeric_predictions"] / numeric["records"]
-        m["digit_accuracy"] = numeric["digit_accuracy"]
-        for p in sorted((v["place"] for v in numeric["places"].values()), reverse=True):
-            m[f"digit_acc_{place_name(p)}"] = numeric["places"][place_name(p)]["accuracy"]
-    return m
-
-
-# (key, label, lower is better); digit_acc_* columns are added in the order the runs give them
-COLUMNS = [
-    ("exact_match", "exact match", False),
-    ("relaxed_accuracy", "relaxed accuracy", False),
-    ("clock_exact", "clock exact", False),
-    ("within_5_min", "within 5 min", False),
-    ("mean_time_gap_min", "mean time gap (min)", True),
-    ("no_time_rate", "no time in prediction", True),
-    ("mean_relative_error", "mean relative error", True),
-    ("non_numeric_rate", "non-numeric prediction", True),
-    ("digit_accuracy", "digit accuracy (all places)", False),
-]
-
-
-def columns_for(run_figures: Sequence[Mapping]) -> list[tuple[str, str, bool]]:
-    """COLUMNS that some run has a value for, then every digit_acc_<place> column in first-seen order."""
-    cols = [c for c in COLUMNS if any(f.get(c[0]) is not None for f in run_figures)]
-    places: list[str] = []
-    for f in run_figures:
-        places += [k for k in f if k.startswith("digit_acc_") and k not in places]
-    return cols + [(k, "digit acc: " + k[len("digit_acc_"):].replace("_", " "), False) for k in places]
+    return {"records": analysis["records"], **{f.key: f.value for f in headline(analysis)}}
 
 
 def spread(values: Sequence[float | None]) -> dict:
@@ -203,6 +125,56 @@ def spread(values: Sequence[float | None]) -> dict:
         return {"n": 0, "mean": None, "std": None, "min": None, "max": None}
     return {"n": len(xs), "mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None,
             "min": min(xs), "max": max(xs)}
+
+
+def paired_bootstrap(diffs: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+                     level: float = 0.95) -> dict:
+    """Mean of paired differences and its percentile bootstrap interval: {"n", "mean", "low", "high"}.
+
+    The n pairs are resampled with replacement `resamples` times (`numpy.random.default_rng(seed)
+    .integers(0, n, size=(resamples, n))`, row r = the pair indices of resample r); low / high are the
+    (1 - level) / 2 and (1 + level) / 2 quantiles of the resample means (numpy's default linear
+    interpolation between order statistics). Fewer than 2 pairs give no interval (None)."""
+    import numpy as np
+
+    n = len(diffs)
+    if n == 0:
+        return {"n": 0, "mean": None, "low": None, "high": None}
+    d = np.asarray(diffs, dtype=float)
+    if n == 1:
+        return {"n": 1, "mean": float(d[0]), "low": None, "high": None}
+    means = d[np.random.default_rng(seed).integers(0, n, size=(resamples, n))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return {"n": n, "mean": float(d.mean()), "low": float(low), "high": float(high)}
+
+
+def paired_differences(variants: Sequence[Variant], figures: Mapping[str, Mapping], keys: Sequence[str],
+                       baseline: str = BASELINE) -> dict[str, dict]:
+    """Per group other than `baseline`: {"seeds": paired seeds, "no_baseline": seeds the group finished but
+    the baseline did not, "no_variant": baseline seeds the group did not finish, "figures": {key:
+    paired_bootstrap(group - baseline over the paired seeds where both have the figure)}}. {} when the
+    baseline group is not among the variants."""
+    by_group: dict[str, dict[int, Mapping]] = {}
+    for v in variants:
+        by_group.setdefault(v.group, {})
+        if v.name in figures:
+            by_group[v.group][v.seed] = figures[v.name]
+    if baseline not in by_group:
+        return {}
+    base = by_group[baseline]
+    out = {}
+    for group, runs in by_group.items():
+        if group == baseline:
+            continue
+        seeds = sorted(runs.keys() & base.keys())
+        result = {}
+        for key in keys:
+            diffs = [runs[s][key] - base[s][key] for s in seeds
+                     if runs[s].get(key) is not None and base[s].get(key) is not None]
+            result[key] = paired_bootstrap(diffs)
+        out[group] = {"seeds": seeds, "no_baseline": sorted(runs.keys() - base.keys()),
+                      "no_variant": sorted(base.keys() - runs.keys()), "figures": result}
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -330,7 +302,7 @@ def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str]
         analysis = analyze_records(records)
         write_report({variant.name: analysis}, run_dir / "analysis",
                      inputs={variant.name: str(run_dir / "predictions.jsonl")})
-        figures = run_metrics(analysis, records)
+        figures = run_metrics(analysis)
     except Exception:  # noqa: BLE001 - any analysis error fails this variant only
         with open(log, "a", encoding="utf-8") as f:
             f.write(traceback.format_exc())
@@ -359,19 +331,33 @@ class VariantFailed(RuntimeError):
 # Results
 
 
-def _fmt(value, key: str = "") -> str:
+def _fmt(value, key: str = "", signed: bool = False) -> str:
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:.2f}" if key == "mean_time_gap_min" else f"{value:.3f}"
+        digits = 2 if key in WIDE_KEYS else 3
+        return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
     return str(value)
 
 
-def _cell(s: dict, key: str) -> str:
+def _cell(s: dict, key: str, done: int) -> str:
+    """mean ± std, with (n=k) when fewer seeds than the row's finished ones have the figure."""
     if s["mean"] is None:
         return "–"
     text = _fmt(s["mean"], key) + ("" if s["std"] is None else f" ± {_fmt(s['std'], key)}")
-    return text
+    return text + (f" (n={s['n']})" if s["n"] != done else "")
+
+
+def _diff_cell(d: dict, key: str, seeds: int) -> str:
+    """+0.012 [-0.004, +0.030], bold when the interval excludes 0; (n=k) when fewer pairs than seeds."""
+    if d["mean"] is None:
+        return "–"
+    text = _fmt(d["mean"], key, signed=True)
+    if d["low"] is not None:
+        text += f" [{_fmt(d['low'], key, signed=True)}, {_fmt(d['high'], key, signed=True)}]"
+        if d["low"] > 0 or d["high"] < 0:
+            text = f"**{text}**"
+    return text + (f" (n={d['n']})" if d["n"] != seeds else "")
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -379,42 +365,74 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
             + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows] + [""])
 
 
-def collect(out: Path, variants: Sequence[Variant], status: Status) -> tuple[dict, dict]:
-    """(figures by run name for finished runs, records by group pooled over finished seeds)."""
-    from .analysis import load_predictions
+class Collected(NamedTuple):
+    figures: dict  # run name -> run_metrics
+    pooled: dict  # group -> records of every finished seed
+    columns: list  # (key, label, lower is better) in headline order, the union over runs
+    reference: Mapping | None  # the analysis (with chance) of the first finished run
+    reference_run: str | None
+    notes: list
 
-    figures, pooled = {}, {}
+
+def collect(out: Path, variants: Sequence[Variant], status: Status) -> Collected:
+    """Figures of the finished runs, recomputed from each run's predictions.jsonl (so a table written after a
+    figure was added covers earlier runs too; done.json's copy when the file cannot be read), records
+    pooled per group, the table's columns, and chance from the first finished run's evaluation set."""
+    from .analysis import analyze_records, headline, load_predictions
+
+    figures, pooled, columns, notes = {}, {}, {}, []
+    reference = reference_run = reference_ids = None
     for v in variants:
         run_dir = out / "runs" / v.name
         if status.variants.get(v.name, {}).get("status") != "done":
             continue
-        figures[v.name] = _read_json(run_dir / "done.json")["figures"]
-        pooled.setdefault(v.group, []).extend(load_predictions(run_dir / "predictions.jsonl"))
-    return figures, pooled
+        try:
+            records = load_predictions(run_dir / "predictions.jsonl")
+        except (OSError, ValueError) as e:
+            figures[v.name] = _read_json(run_dir / "done.json")["figures"]
+            notes.append(f"{v.name}: figures from done.json ({e})")
+            continue
+        analysis = analyze_records(records, chance=False)
+        figures[v.name] = run_metrics(analysis)
+        for f in headline(analysis):
+            columns.setdefault(f.key, (f.key, f.label, f.lower_is_better))
+        pooled.setdefault(v.group, []).extend(records)
+        ids = sorted((r["source"], str(r["id"])) for r in records)
+        if reference is None:
+            reference, reference_run, reference_ids = analyze_records(records), v.name, ids
+        elif ids != reference_ids:
+            notes.append(f"{v.name} was evaluated on other records than {reference_run}: its chance level differs")
+    return Collected(figures, pooled, list(columns.values()), reference, reference_run, notes)
 
 
-def group_table(variants: Sequence[Variant], status: Status, figures: Mapping[str, Mapping]) -> list[dict]:
-    """One row per group: group, aux, kernel_mode, seeds, done, failed, status, and spread() per column."""
-    cols = columns_for(list(figures.values()))
+def group_table(variants: Sequence[Variant], status: Status, figures: Mapping[str, Mapping],
+                keys: Sequence[str]) -> list[dict]:
+    """One row per group: group, aux, kernel_mode, seeds, done, failed, status, and spread() per key."""
     rows = []
     for group in dict.fromkeys(v.group for v in variants):
         runs = [v for v in variants if v.group == group]
         states = [status.variants.get(v.name, {}).get("status", "pending") for v in runs]
-        done = [v.name for v, s in zip(runs, states) if s == "done"]
+        done = [v.name for v, s in zip(runs, states) if s == "done" and v.name in figures]
         failed = states.count("failed")
         state = ("ok" if len(done) == len(runs) else "failed" if failed == len(runs)
                  else f"{failed} failed" if failed else "incomplete")
         row = {"group": group, "aux": runs[0].aux, "kernel_mode": runs[0].kernel_mode,
                "seeds": len(runs), "done": len(done), "failed": failed, "status": state}
-        for key, _, _ in cols:
+        for key in keys:
             row[key] = spread([figures[n].get(key) for n in done])
         rows.append(row)
     return rows
 
 
-def _plots(out: Path, rows: Sequence[dict], variants, figures) -> list[str]:
-    """plots/main_metric.png (exact match, and mean time gap or relative error, per group: bar = mean,
-    error bar = sample std, dots = seeds) and plots/digit_accuracy.png (per place and group)."""
+def _panel_keys(cols: Mapping[str, tuple]) -> list[str]:
+    return [k for k in PANEL_KEYS if k in cols][:4]
+
+
+def _plots(out: Path, rows: Sequence[dict], variants, figures, cols: Mapping[str, tuple],
+           chance: Mapping[str, tuple], paired: Mapping[str, dict]) -> list[str]:
+    """plots/main_metric.png (per group: bar = mean, error bar = sample std, dots = seeds; chance dashed,
+    best constant dotted), plots/digit_accuracy.png (per place and group, chance as black dashes) and
+    plots/paired_differences.png (group - none per seed pair: mean and bootstrap 95% interval)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -422,11 +440,9 @@ def _plots(out: Path, rows: Sequence[dict], variants, figures) -> list[str]:
     plot_dir.mkdir(exist_ok=True)
     groups = [r["group"] for r in rows]
     written = []
-    cols = {key: (label, lower) for key, label, lower in columns_for(list(figures.values()))}
-    panels = [k for k in ("exact_match", "relaxed_accuracy", "mean_time_gap_min", "mean_relative_error")
-              if k in cols]
+    panels = _panel_keys(cols)
     if panels:
-        fig = Figure(figsize=(max(6.0, 1.0 + 0.7 * len(groups)) * len(panels), 4.2), dpi=100)
+        fig = Figure(figsize=(max(5.0, 1.0 + 0.55 * len(groups)) * len(panels), 4.4), dpi=100)
         FigureCanvasAgg(fig)
         for i, key in enumerate(panels):
             ax = fig.add_subplot(1, len(panels), i + 1)
@@ -437,9 +453,17 @@ def _plots(out: Path, rows: Sequence[dict], variants, figures) -> list[str]:
                 seeds = [figures[v.name].get(key) for v in variants if v.group == g and v.name in figures]
                 seeds = [s for s in seeds if s is not None]
                 ax.scatter([j] * len(seeds), seeds, color="black", s=12, zorder=3)
+            level, constant = chance.get(key, (None, None))
+            if level is not None:
+                ax.axhline(level, color="black", linestyle="--", linewidth=1, label=f"chance {_fmt(level, key)}")
+            if constant is not None:
+                ax.axhline(constant, color="0.4", linestyle=":", linewidth=1.5,
+                           label=f"best constant {_fmt(constant, key)}")
             ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
-            label, lower = cols[key]
-            ax.set_title(f"{label} ({'lower' if lower else 'higher'} is better)")
+            label, lower = cols[key][1], cols[key][2]
+            ax.set_title(f"{label} ({'lower' if lower else 'higher'} is better)", fontsize=10)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
             ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         fig.savefig(plot_dir / "main_metric.png", format="png", metadata={"Software": None})
@@ -451,11 +475,18 @@ def _plots(out: Path, rows: Sequence[dict], variants, figures) -> list[str]:
         ax = fig.add_subplot()
         width = 0.8 / max(1, len(groups))
         for j, r in enumerate(rows):
+            if all(r[p]["mean"] is None for p in places):
+                continue  # no bars, no legend entry
             means = [r[p]["mean"] if r[p]["mean"] is not None else math.nan for p in places]
             stds = [r[p]["std"] or 0.0 for p in places]
             ax.bar([i - 0.4 + width * (j + 0.5) for i in range(len(places))], means, width, yerr=stds,
-                   capsize=2, label=r["group"])
-        ax.set_xticks(range(len(places)), [cols[p][0].removeprefix("digit acc: ") for p in places])
+                   capsize=2, label=r["group"], color=f"C{j}")
+        for i, p in enumerate(places):
+            level = chance.get(p, (None, None))[0]
+            if level is not None:
+                ax.hlines(level, i - 0.4, i + 0.4, colors="black", linestyles="--", linewidth=1.5,
+                          label="chance" if i == 0 or "chance" not in ax.get_legend_handles_labels()[1] else None)
+        ax.set_xticks(range(len(places)), [cols[p][1].split(": ", 1)[-1] for p in places])
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("digit accuracy")
         ax.set_title("digit accuracy per place (mean ± std over seeds)")
@@ -464,42 +495,78 @@ def _plots(out: Path, rows: Sequence[dict], variants, figures) -> list[str]:
         fig.tight_layout()
         fig.savefig(plot_dir / "digit_accuracy.png", format="png", metadata={"Software": None})
         written.append("plots/digit_accuracy.png")
+    others = [g for g in groups if g in paired]
+    if panels and others and any(paired[g]["figures"][k]["mean"] is not None for g in others for k in panels):
+        fig = Figure(figsize=(4.2 * len(panels), 1.6 + 0.45 * len(others)), dpi=100)
+        FigureCanvasAgg(fig)
+        for i, key in enumerate(panels):
+            ax = fig.add_subplot(1, len(panels), i + 1)
+            for y, g in enumerate(others):
+                d = paired[g]["figures"][key]
+                if d["mean"] is None:
+                    continue
+                if d["low"] is not None:
+                    ax.plot([d["low"], d["high"]], [y, y], color="#4c72b0", linewidth=2)
+                ax.plot([d["mean"]], [y], "o", color="#4c72b0")
+                if d["n"] < len(paired[g]["seeds"]) or d["low"] is None:
+                    ax.annotate(f"n={d['n']}", (d["mean"], y), textcoords="offset points", xytext=(0, 5),
+                                ha="center", fontsize=7)
+            ax.axvline(0, color="black", linewidth=1)
+            ax.margins(x=0.15, y=0.3)
+            ax.set_yticks(range(len(others)), others if i == 0 else [""] * len(others))
+            ax.invert_yaxis()
+            label, lower = cols[key][1], cols[key][2]
+            ax.set_title(f"{label}\n(variant - {BASELINE}; {'left' if lower else 'right'} is better)", fontsize=9)
+            ax.grid(axis="x", alpha=0.3)
+        fig.suptitle(f"Paired difference to {BASELINE} (same seed): mean and bootstrap 95% interval", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(plot_dir / "paired_differences.png", format="png", metadata={"Software": None})
+        written.append("plots/paired_differences.png")
     return written
 
 
 def write_results(out: Path, variants: Sequence[Variant], status: Status, settings: Mapping) -> dict:
     """results.md, results.csv, runs.csv, plots/ and analysis/ from what has finished; returns the paths."""
-    from .analysis import analyze_records, write_report
+    from .analysis import CHANCE_TEXT, analyze_records, headline, write_report
 
-    figures, pooled = collect(out, variants, status)
-    rows = group_table(variants, status, figures)
-    cols = columns_for(list(figures.values()))
+    got = collect(out, variants, status)
+    figures, cols = got.figures, got.columns
+    keys = [k for k, _, _ in cols]
+    col = {k: c for k, c in zip(keys, cols)}
+    rows = group_table(variants, status, figures, keys)
+    paired = paired_differences(variants, figures, keys)
+    chance = ({f.key: (f.chance, f.constant) for f in headline(got.reference)} if got.reference is not None else {})
+    stats = ("mean", "std", "min", "max", "n")
 
     with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["group", "aux", "kernel_mode", "seeds", "done", "failed", "status"]
-                   + [f"{k}_{s}" for k, _, _ in cols for s in ("mean", "std", "min", "max", "n")])
+                   + [f"{k}_{s}" for k in keys for s in (*stats, "chance", "diff", "low", "high", "pairs")])
         for r in rows:
-            w.writerow([r[k] for k in ("group", "aux", "kernel_mode", "seeds", "done", "failed", "status")]
-                       + ["" if r[k][s] is None else r[k][s] for k, _, _ in cols
-                          for s in ("mean", "std", "min", "max", "n")])
+            d = paired.get(r["group"], {}).get("figures", {})
+            cells = [r[k] for k in ("group", "aux", "kernel_mode", "seeds", "done", "failed", "status")]
+            for k in keys:
+                cells += ["" if r[k][s] is None else r[k][s] for s in stats]
+                cells.append(_blank(chance.get(k, (None, None))[0]))
+                cells += [_blank(d[k]["mean"]), _blank(d[k]["low"]), _blank(d[k]["high"]), d[k]["n"]] \
+                    if k in d else ["", "", "", ""]
+            w.writerow(cells)
     with open(out / "runs.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["run", "group", "aux", "kernel_mode", "seed", "status", "seconds", "records"]
-                   + [k for k, _, _ in cols])
+        w.writerow(["run", "group", "aux", "kernel_mode", "seed", "status", "seconds", "records"] + keys)
         for v in variants:
             st = status.variants.get(v.name, {})
             fig = figures.get(v.name, {})
             w.writerow([v.name, v.group, v.aux, v.kernel_mode, v.seed, st.get("status", "pending"),
-                        st.get("seconds", ""), fig.get("records", "")]
-                       + ["" if fig.get(k) is None else fig[k] for k, _, _ in cols])
+                        st.get("seconds", ""), fig.get("records", "")] + [_blank(fig.get(k)) for k in keys])
 
-    plots = _plots(out, rows, variants, figures) if figures else []
+    plots = _plots(out, rows, variants, figures, col, chance, paired) if figures else []
     report = None
-    if pooled:
-        analyses = {g: analyze_records(recs) for g, recs in pooled.items()}
+    if got.pooled:
+        analyses = {g: analyze_records(recs) for g, recs in got.pooled.items()}
         report = write_report(analyses, out / "analysis", notes=[
-            "Each column pools the predictions of every finished seed of that variant."])
+            "Each column pools the predictions of every finished seed of that variant; chance is over the "
+            "distinct records (by source and id)."], run_info={g: None for g in analyses})
 
     ev = settings["eval"]
     samples = "all samples" if ev["limit"] is None else f"first {ev['limit']} samples"
@@ -511,13 +578,26 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
            f"{', '.join(f'{n}:{p}' for n, p in ev['data'])}, greedy, max_new_tokens {ev['max_new_tokens']}",
            "- variants differ only in the aux loss / kernel and the seed (model init and data order); control "
            "kernels use kernel_seed = base + seed",
-           "- cells: mean ± sample std over the finished seeds (n); min and max in results.csv; "
-           "rates are fractions of the evaluated records", ""]
-    header = ["variant", "n"] + [label + (" ↓" if lower else "") for _, label, lower in cols]
-    md += ["## Results (↓: lower is better)", ""]
-    md += _md_table(header, [[r["group"] + ("" if r["status"] == "ok" else f" ({r['status']})"),
-                              f"{r['done']}/{r['seeds']}"] + [_cell(r[k], k) for k, _, _ in cols] for r in rows])
-    md += [f"![{p}]({p})" for p in plots] + ([""] if plots else [])
+           "- cells: mean ± sample std over the finished seeds (n = seeds, written when a figure has fewer); "
+           "min and max in results.csv; rates are fractions of the evaluated records, each figure over the "
+           "denominator its name says (see analysis/report.md)",
+           f"- chance and best constant: from the evaluation records of {got.reference_run or '–'} "
+           f"({got.reference['records'] if got.reference else 0} records). " + CHANCE_TEXT, ""]
+    md += [f"> {note}" for note in got.notes] + ([""] if got.notes else [])
+    main_keys = [k for k in keys if not k.startswith("digit_acc_")]
+    place_keys = [k for k in keys if k.startswith("digit_acc_")]
+    for title, ks in (("Results (↓: lower is better)", main_keys), ("Per-place digit accuracy", place_keys)):
+        if not ks:
+            continue
+        md += [f"## {title}", ""]
+        table = [[r["group"] + ("" if r["status"] == "ok" else f" ({r['status']})"), f"{r['done']}/{r['seeds']}"]
+                 + [_cell(r[k], k, r["done"]) for k in ks] for r in rows]
+        table.append(["*chance*", ""] + [_fmt(chance.get(k, (None, None))[0], k) for k in ks])
+        if any(chance.get(k, (None, None))[1] is not None for k in ks):
+            table.append(["*best constant*", ""] + [_fmt(chance.get(k, (None, None))[1], k) for k in ks])
+        md += _md_table(["variant", "n"] + [col[k][1] + (" ↓" if col[k][2] else "") for k in ks], table)
+    md += [f"![{p}]({p})" for p in plots if "paired" not in p] + [""]
+    md += _paired_section(rows, paired, keys, col, [p for p in plots if "paired" in p])
     md += ["## Runs", ""]
     run_rows = []
     for v in variants:
@@ -525,8 +605,8 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
         fig = figures.get(v.name, {})
         seconds = st.get("seconds")
         run_rows.append([v.name, st.get("status", "pending"), "–" if seconds is None else f"{seconds:.0f}",
-                         fig.get("records", "–")] + [_fmt(fig.get(k), k) for k, _, _ in cols])
-    md += _md_table(["run", "status", "seconds", "records"] + [label for _, label, _ in cols], run_rows)
+                         fig.get("records", "–")] + [_fmt(fig.get(k), k) for k in keys])
+    md += _md_table(["run", "status", "seconds", "records"] + [col[k][1] for k in keys], run_rows)
     failed = [v for v in variants if status.variants.get(v.name, {}).get("status") == "failed"]
     if failed:
         md += ["## Failed runs", ""]
@@ -536,7 +616,39 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
         md += ["Full per-digit comparison (seeds pooled per variant): [analysis/report.md](analysis/report.md)", ""]
     (out / "results.md").write_text("\n".join(md), encoding="utf-8")
     return {"results_md": out / "results.md", "results_csv": out / "results.csv", "runs_csv": out / "runs.csv",
-            "plots": [out / p for p in plots], "report": report}
+            "plots": [out / p for p in plots], "report": report, "paired": paired}
+
+
+def _blank(value):
+    return "" if value is None else value
+
+
+def _paired_section(rows, paired, keys, col, plots) -> list[str]:
+    md = [f"## Paired difference to CE only (aux `{BASELINE}`)", ""]
+    if not paired:
+        return md + [f"No `{BASELINE}` variant in this comparison: no paired differences can be given.", ""]
+    md += [f"Each cell: the mean over seeds of (variant - {BASELINE}) on the same seed (same initialisation "
+           f"and data order), and its 95% interval by a percentile bootstrap: the seed pairs resampled with "
+           f"replacement {BOOTSTRAP_RESAMPLES:,} times (numpy default_rng, seed {BOOTSTRAP_SEED}), the 2.5% and "
+           "97.5% quantiles of the resampled means. **Bold**: the interval excludes 0 (for ↓ figures a negative "
+           "difference is an improvement). With few seeds the interval is coarse and tends to be too narrow; "
+           "read it as the spread over these seeds, not as a test.", ""]
+    for ks in ([k for k in keys if not k.startswith("digit_acc_")], [k for k in keys if k.startswith("digit_acc_")]):
+        if not ks:
+            continue
+        table = [[r["group"], str(len(paired[r["group"]]["seeds"]))]
+                 + [_diff_cell(paired[r["group"]]["figures"][k], k, len(paired[r["group"]]["seeds"])) for k in ks]
+                 for r in rows if r["group"] in paired]
+        md += _md_table(["variant", "pairs"] + [col[k][1] + (" ↓" if col[k][2] else "") for k in ks], table)
+    for g, p in paired.items():
+        if p["no_baseline"]:
+            md.append(f"- {g}: seed(s) {', '.join(map(str, p['no_baseline']))} dropped: no finished "
+                      f"{BASELINE} run with that seed")
+        if p["no_variant"]:
+            md.append(f"- {g}: seed(s) {', '.join(map(str, p['no_variant']))} dropped: no finished {g} run "
+                      "with that seed")
+    md += [""] + [f"![{p}]({p})" for p in plots] + ([""] if plots else [])
+    return md
 
 
 # ---------------------------------------------------------------------------------------------------------
