@@ -1005,7 +1005,7 @@ def _digit_plots(parts: Mapping[str, Mapping], out: Path, prefix: str, what: str
     for i, r in enumerate(parts):
         if sum(map(sum, parts[r]["confusion"])):
             name = f"{prefix}confusion_{i}_{_safe(r)}.png"
-            _confusion_plot(parts[r]["confusion"], f"{what} digit confusion: {r} (row-normalised, counts)",
+            _confusion_plot(parts[r]["confusion"], f"{what} digit confusion, all places: {r} (row-normalised; counts)",
                             out / name)
             files[f"{prefix}confusion:{r}"] = name
     return files
@@ -1189,8 +1189,10 @@ def _summary(analyses: Mapping[str, dict]) -> list[str]:
     lines = ["## Summary", "", "Each figure with its count over its denominator (n); ↓: lower is better. "
              + CHANCE_TEXT, ""]
     lines += _table(header, rows)
-    methods = {analyses[r]["chance"]["method"] for r in chance_cols}
-    lines += [f"Chance pairs: {'; '.join(sorted(methods))}.", ""]
+    methods = {f"{what}: {part['method']}" for r in chance_cols for what, part in (
+        ("answers", analyses[r]["chance"]), ("numbers", analyses[r]["numeric"]["chance"]),
+        ("clocks", analyses[r]["clock"]["chance"])) if part.get("records", 2) >= 2}
+    lines += [f"Chance computed {'; '.join(sorted(methods))}.", ""]
     return lines
 
 
