@@ -809,8 +809,10 @@ def find_run_dir(predictions) -> Path | None:
         model = json.loads(metrics.read_text(encoding="utf-8"))["run"]["model"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    for candidate in (Path(model), metrics.parent / model):
-        if isinstance(model, str) and candidate.is_dir():
+    if not isinstance(model, str):
+        return None
+    for candidate in (Path(model), metrics.parent / model):  # as given (relative to the cwd), or to the file
+        if candidate.is_dir():
             return candidate
     return None
 
