@@ -265,3 +265,11 @@ def test_masked_image_changes_no_text_logit_and_reaches_the_vision_tower(name):
     out[:, -3:].sum().backward()
     vision = [p.grad for n, p in model.named_parameters() if family.parameter_part(n) == "vision"]
     assert all(g is not None for g in vision)
+
+
+def test_measure_equals_the_row_length_of_a_batch(preset):
+    name, _, processor = preset
+    collator = VLMCollator(processor)
+    for i, size in enumerate([(120, 90), (300, 40), (56, 56)]):
+        s = sample(name, "10:07" if i else "12.5", i, size)
+        assert collator.measure(s) == int(collator([s])["attention_mask"].sum())

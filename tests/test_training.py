@@ -116,8 +116,37 @@ def test_synthetic_data_is_reused_only_when_settings_match(tmp_path, capsys):
     synthesize_if_missing(charts)
     assert (tmp_path / "charts" / "charts_data" / "test.json").is_file()
     charts.synthesize_seed = 5
-    with pytest.raises(ConfigError, match="seed"):
+    with pytest.raises(ConfigError, match="seed.*synthesize: none"):
         synthesize_if_missing(charts)
+
+
+def test_synthesize_bars_and_arithmetic_with_options(tmp_path):
+    from vlm_smmd.config import ConfigError, load_config
+    from vlm_smmd.data import read_arithmetic, read_chartqa
+    from vlm_smmd.training import synthesize_if_missing
+
+    bars = tmp_path / "bars"
+    _, data_args, _, _ = load_config(None, {"dataset": "chartqa", "data_root": str(bars), "synthesize": "bars",
+                                            "synthesize_num": "12", "synthesize_size": "56", "eval_split": "test",
+                                            "synthesize_options": "{bar_axis_max: 1000}"})
+    synthesize_if_missing(data_args)
+    train = read_chartqa(bars, "train")
+    assert len(train) == 12 and all(int(s.answer) < 1000 for s in train)
+    assert train[0].load_image().size == (56, 56)
+    data_args.synthesize_options = '{"bar_axis_max": 100}'
+    with pytest.raises(ConfigError, match="options"):
+        synthesize_if_missing(data_args)
+
+    arith = tmp_path / "arith"
+    _, data_args, _, _ = load_config(None, {"dataset": "arithmetic", "data_root": str(arith),
+                                            "synthesize": "arithmetic", "synthesize_num": "20",
+                                            "synthesize_options": '{"operations": ["add"], "digits": 2}'})
+    synthesize_if_missing(data_args)
+    problems = list(read_arithmetic(arith, "train")) + list(read_arithmetic(arith, "test"))
+    assert len(problems) == 20 and all("+" in s.question for s in problems)
+    for s in problems:
+        a, b = (int(x) for x in s.question.removeprefix("What is ").rstrip("?").split(" + "))
+        assert s.answer == str(a + b)
 
 
 def test_collator_skips_are_totalled_by_the_trainer(tiny_model_and_processor, tmp_path):

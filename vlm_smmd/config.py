@@ -16,8 +16,10 @@ import yaml
 from transformers import HfArgumentParser, TrainingArguments
 
 AUX_NAMES = ("smmd", "mmd", "smooth", "ntl_mse", "ntl_was", "dist2", "gce", "none")
-DATASETS = ("clocks", "chartqa", "plotqa", "dvqa", "mixture")
-SYNTH_KINDS = ("none", "clocks", "chartqa", "plotqa", "dvqa")
+DATASETS = ("clocks", "chartqa", "plotqa", "dvqa", "gsm8k", "svamp", "deepmind_math", "arithmetic", "mixture")
+# chartqa / plotqa / dvqa: the default chart mix in that layout; bars: unlabelled bars against an axis
+# (ChartQA layout); arithmetic: text problems
+SYNTH_KINDS = ("none", "clocks", "chartqa", "plotqa", "dvqa", "bars", "arithmetic")
 
 
 class ConfigError(ValueError):
@@ -55,6 +57,9 @@ class DataArguments:
         metadata={"help": "mixture sources: a JSON list of {name, root, split, weight, limit} "
                   "(in YAML a plain list)"},
     )
+    reader_options: str | None = field(
+        default=None, metadata={"help": "extra reader keywords as a mapping, e.g. {target: rationale} for gsm8k, "
+                                "{modules: 'arithmetic__add*'} for deepmind_math (in YAML a plain mapping)"})
     max_train_samples: int | None = None
     max_eval_samples: int | None = None
     on_error: str = field(default="raise", metadata={"help": "raise | skip (counted) for bad records"})
@@ -68,6 +73,11 @@ class DataArguments:
     synthesize_num: int = 1000
     synthesize_seed: int = 0
     synthesize_size: int = 224
+    synthesize_options: str | None = field(
+        default=None, metadata={"help": "extra data-synth options as a mapping (clocks: style, plain; bars: "
+                                "bar_axis_max, bar_places, bars_per_chart; arithmetic: digits, places, operations, "
+                                "negatives, div_places) (in YAML a plain mapping)"})
+    preflight_workers: int = field(default=1, metadata={"help": "processes for the preflight check of every record"})
 
 
 @dataclass
@@ -126,6 +136,14 @@ _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 _NONE = {"none", "null", "~"}
 
 
+def _text_none_keys() -> set[str]:
+    """Fields where "none" / "null" text means None: those whose default is None. Elsewhere it stays
+    text ("report_to: none" is HF's word for no reporting)."""
+    from dataclasses import MISSING
+
+    return {f.name for cls in CONFIG_CLASSES for f in fields(cls) if f.default is None and f.default_factory is MISSING}
+
+
 def _field_types() -> dict:
     hints = {}
     for cls in CONFIG_CLASSES:
@@ -140,7 +158,8 @@ def _coerce(key: str, value, hint, from_cli: bool = False):
     args = typing.get_args(hint)
     optional = type(None) in args
     bases = [a for a in args if a is not type(None)] if args and typing.get_origin(hint) is not list else [hint]
-    if value is None or (optional and isinstance(value, str) and value.strip().lower() in _NONE):
+    if value is None or (optional and isinstance(value, str) and value.strip().lower() in _NONE
+                         and key in _text_none_keys()):
         if optional:
             return None
         raise ConfigError(f"{key}: a value is required")
@@ -222,6 +241,17 @@ def load_config(path: str | Path | None, overrides: dict | None = None):
             raise ConfigError(f"unknown config key {key!r}{where}{hint}")
     if isinstance(values.get("mixture"), list):
         values["mixture"] = json.dumps(values["mixture"])
+    for key in ("reader_options", "synthesize_options"):  # mappings travel as JSON text
+        if key in values and values[key] is not None:
+            value = values[key]
+            if isinstance(value, str):
+                try:
+                    value = yaml.safe_load(value)
+                except yaml.YAMLError as e:
+                    raise ConfigError(f"{key}: not a mapping ({e})") from None
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: expected a mapping such as {{key: value}}, got {values[key]!r}")
+            values[key] = json.dumps(value)
     types = _field_types()
     values = {key: _coerce(key, value, types[key], from_cli=key in overrides) for key, value in values.items()}
     values.setdefault("output_dir", "outputs/run")

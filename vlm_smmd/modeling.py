@@ -22,7 +22,7 @@ from .families.qwen2_5_vl import FAMILY as QWEN25_VL
 from .families.qwen2_5_vl import build_processor  # noqa: F401  (tests and benches build the stock processor)
 from .families.tokenizers import QWEN_VL_CHAT_TEMPLATE, build_qwen_tokenizer  # noqa: F401
 
-__all__ = ["ModelLoadError", "load_model_and_processor", "lora_target_modules", "set_trainable",
+__all__ = ["ModelLoadError", "load_model_and_processor", "load_processor", "lora_target_modules", "set_trainable",
            "trainable_summary", "build_qwen25_tokenizer", "tiny_config"]
 
 
@@ -73,9 +73,24 @@ def resolve_family(name_or_path: str):
     return family_for(model_type, where=name_or_path)
 
 
+def load_processor(name_or_path: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
+                   trust_remote_code: bool = False):
+    """(family, processor) of a preset, local checkpoint or hub id, without loading the model; the
+    tokenizer pads on the left."""
+    family = resolve_family(name_or_path)
+    if name_or_path in presets():
+        processor = family.tiny_processor(min_pixels, max_pixels)
+    else:
+        processor = family.load_processor(name_or_path, min_pixels=min_pixels, max_pixels=max_pixels,
+                                          trust_remote_code=trust_remote_code)
+    getattr(processor, "tokenizer", processor).padding_side = "left"
+    return family, processor
+
+
 def load_model_and_processor(
     name_or_path: str,
     *,
+    processor=None,
     dtype="auto",
     attn_implementation: str | None = None,
     min_pixels: int | None = None,
@@ -98,11 +113,16 @@ def load_model_and_processor(
     `name_or_path` is a hub id, a local directory saved with `save_pretrained`, or a preset name (module
     docstring; randomly initialised, seeded by `seed`). The family comes from the preset or from the
     checkpoint's config `model_type`; an unsupported one is a ModelLoadError listing the supported families.
+    A `processor` from `load_processor` is used as it is.
     `freeze_merger` freezes the projector between vision and language (Qwen's merger, Mllama's
     multi_modal_projector).
     """
     torch_dtype = _resolve_dtype(dtype)
-    family = resolve_family(name_or_path)
+    if processor is None:
+        family, processor = load_processor(name_or_path, min_pixels=min_pixels, max_pixels=max_pixels,
+                                           trust_remote_code=trust_remote_code)
+    else:
+        family = resolve_family(name_or_path)
     if name_or_path in presets():
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -112,7 +132,6 @@ def load_model_and_processor(
             model = family.model_class()(config)
         if torch_dtype not in (None, "auto"):
             model = model.to(torch_dtype)
-        processor = family.tiny_processor(min_pixels, max_pixels)
     else:
         kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
         if attn_implementation:
@@ -121,9 +140,6 @@ def load_model_and_processor(
             model = family.model_class().from_pretrained(name_or_path, **kwargs)
         except (OSError, ValueError) as e:
             raise ModelLoadError(f"{name_or_path}: could not load a {family.title} model ({e})") from e
-        processor = family.load_processor(name_or_path, min_pixels=min_pixels, max_pixels=max_pixels,
-                                          trust_remote_code=trust_remote_code)
-    getattr(processor, "tokenizer", processor).padding_side = "left"
     if verbose and (min_pixels or max_pixels) and family.resize_factor is None:
         print(f"note: min_pixels / max_pixels do not apply to {family.title} "
               + ("(its processor tiles images itself)" if family.vision else "(a text-only model)"))

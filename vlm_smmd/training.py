@@ -41,6 +41,18 @@ class NumericTrainer(Trainer):
         self._parts = {"train": defaultdict(float), "eval": defaultdict(float)}
         self.skipped_samples = 0  # samples the collator left out under on_error="skip" (this rank)
 
+    # group_by_length on the token lengths the preflight measured (HF would look for input_ids in items)
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.args.train_sampling_strategy == "group_by_length" and hasattr(dataset, "lengths"):
+            return _length_sampler(self.args.train_batch_size * self.args.gradient_accumulation_steps, dataset)
+        return super()._get_train_sampler(train_dataset)
+
+    def _get_eval_sampler(self, eval_dataset):
+        if self.args.train_sampling_strategy == "group_by_length" and hasattr(eval_dataset, "lengths"):
+            return _length_sampler(self.args.eval_batch_size, eval_dataset, self.args.data_seed or self.args.seed)
+        return super()._get_eval_sampler(eval_dataset)
+
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
         # labels shift by one: position 0 is never a target
@@ -106,6 +118,13 @@ class NumericTrainer(Trainer):
         super().log(logs, start_time)
 
 
+def _length_sampler(batch_size: int, dataset, seed: int | None = None):
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    return LengthGroupedSampler(batch_size, lengths=dataset.lengths, generator=generator)
+
+
 # ---------------------------------------------------------------- data
 
 
@@ -116,42 +135,61 @@ def synthesize_if_missing(data_args) -> None:
     if kind == "none" or data_args.data_root is None:
         return
     root = Path(data_args.data_root)
-    if kind == "clocks":
-        from data_synth.writer import write_clock_dataset
-
-        wanted = {"num": data_args.synthesize_num, "seed": data_args.synthesize_seed, "size": data_args.synthesize_size}
+    options = json.loads(data_args.synthesize_options or "{}")
+    if kind in ("clocks", "arithmetic"):  # every split at once
+        wanted = {"kind": kind, "num": data_args.synthesize_num, "seed": data_args.synthesize_seed, "options": options}
+        if kind == "clocks":
+            wanted["size"] = data_args.synthesize_size
+        record = root / "synthesize.json"
         if root.exists():
-            _check_rendered(root, root / "generation.json", wanted)
+            _check_rendered(root, record, wanted)
             return
-        print(f"rendering {wanted['num']} synthetic clocks into {root}")
-        write_clock_dataset(root, **wanted)
+        print(f"rendering {wanted['num']} synthetic {kind} into {root}")
+        if kind == "clocks":
+            from data_synth.writer import write_clock_dataset
+
+            write_clock_dataset(root, wanted["num"], wanted["seed"], size=wanted["size"], **options)
+        else:
+            from data_synth.arithmetic import write_arithmetic_dataset
+
+            write_arithmetic_dataset(root, wanted["num"], wanted["seed"], **options)
+        record.write_text(json.dumps(wanted))
         return
 
     from data_synth.charts import write_chart_dataset
 
+    layout = "chartqa" if kind == "bars" else kind
+    if kind == "bars":  # one question per chart: the bar's value
+        side = data_args.synthesize_size
+        options = {"kinds": ["bars_axis"], "size": [side, side], "questions_per_chart": 1, **options}
     for split in sorted({data_args.train_split, data_args.eval_split} - {None}):
         is_train = split == data_args.train_split
-        wanted = {"charts": data_args.synthesize_num if is_train else max(data_args.synthesize_num // 10, 8),
-                  "seed": data_args.synthesize_seed + (not is_train)}
+        wanted = {"kind": kind, "charts": data_args.synthesize_num if is_train else max(data_args.synthesize_num // 10, 8),
+                  "seed": data_args.synthesize_seed + (not is_train), "options": options}
         record = root / "charts_data" / f"{split}.json"
         if record.exists():
             _check_rendered(root, record, wanted)
             continue
         print(f"rendering {wanted['charts']} synthetic {kind} charts ({split}) into {root}")
-        info = write_chart_dataset(root, layout=kind, num=wanted["charts"], seed=wanted["seed"], split=split)
-        record.write_text(json.dumps({**wanted, "layout": kind, "questions": info["questions"]}))
+        extra = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+        info = write_chart_dataset(root, layout=layout, num=wanted["charts"], seed=wanted["seed"], split=split, **extra)
+        record.write_text(json.dumps({**wanted, "layout": layout, "questions": info["questions"]}))
 
 
 def _check_rendered(root: Path, record: Path, wanted: dict) -> None:
     try:
         found = json.loads(record.read_text())
     except (OSError, json.JSONDecodeError):
-        raise ConfigError(f"{root} exists but was not rendered by data-synth ({record} is missing or unreadable); "
-                          "remove it or set synthesize: none") from None
+        raise ConfigError(f"{root} exists but was not rendered by `synthesize` ({record} is missing or unreadable); "
+                          "to train on it as it is, set synthesize: none; else remove it or choose another "
+                          "data_root") from None
+    found.setdefault("kind", wanted["kind"])  # records of the first release name no kind and no options
+    found.setdefault("options", {})
     changed = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
     if changed:
         detail = ", ".join(f"{k} {old} there, {new} asked" for k, (old, new) in changed.items())
-        raise ConfigError(f"{root} was rendered with other settings ({detail}); remove it or use another data_root")
+        raise ConfigError(f"{root} was rendered with other settings ({detail}); to train on it as it is, set "
+                          "synthesize: none; else remove it or choose another data_root")
     print(f"reusing the synthetic data in {root}")
 
 
@@ -167,7 +205,8 @@ def read_split(data_args, split: str):
                 for entry in json.loads(data_args.mixture)]
         return MixtureDataset.from_spec(spec, seed=data_args.synthesize_seed, on_error=data_args.on_error)
     reader = getattr(data, f"read_{data_args.dataset}")
-    return reader(data_args.data_root, split, on_error=data_args.on_error)
+    return reader(data_args.data_root, split, on_error=data_args.on_error,
+                  **json.loads(data_args.reader_options or "{}"))
 
 
 def _limit(dataset, limit: int | None):
@@ -219,11 +258,36 @@ def connect_deepspeed_comm(train_args) -> None:
         ds_dist.init_distributed(dist_backend=torch.distributed.get_backend(), auto_mpi_discovery=False)
 
 
+def checked_datasets(train_dataset, eval_dataset, collator, data_args, train_args):
+    """Both sets through the preflight check (`data.preflight`): the main process checks (or reads the
+    cache) first, the other ranks then read its cached result. Returns the checked sets and the records
+    dropped under on_error="skip"."""
+    from .data.preflight import CheckedDataset, preflight
+
+    out, skipped = [], 0
+    for name, dataset in (("train", train_dataset), ("eval", eval_dataset)):
+        if dataset is None:
+            out.append(None)
+            continue
+        with train_args.main_process_first(desc=f"preflight {name}"):
+            result = preflight(dataset, collator, name=name, max_length=data_args.max_length,
+                               on_error=data_args.on_error, workers=data_args.preflight_workers,
+                               progress=train_args.process_index == 0 and not train_args.disable_tqdm)
+        if train_args.process_index == 0:
+            print(result.summary())
+        if name == "train" and not result.kept:
+            from .data.sample import DataError
+
+            raise DataError(f"preflight train: none of the {result.checked} records is usable ({result.summary()})")
+        skipped += result.total_skipped
+        out.append(CheckedDataset(dataset, result.kept, result.lengths))
+    return out[0], out[1], skipped
+
+
 def run(model_args, data_args, loss_args, train_args) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir."""
     from .data.collator import VLMCollator
-    from .families import family_of
-    from .modeling import load_model_and_processor
+    from .modeling import load_model_and_processor, load_processor
     from .numeric import NumericVocab
 
     set_seed(train_args.seed)
@@ -231,8 +295,20 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
     if train_args.resume_from_checkpoint is True or train_args.resume_from_checkpoint == "true":
         train_args.resume_from_checkpoint = True
     train_dataset, eval_dataset = build_datasets(data_args)
-    model, processor = load_model_and_processor(
-        model_args.model_name_or_path, dtype=model_args.torch_dtype,
+    family, processor = load_processor(model_args.model_name_or_path, min_pixels=model_args.min_pixels,
+                                       max_pixels=model_args.max_pixels)
+    tokenizer = getattr(processor, "tokenizer", processor)
+    collator = VLMCollator(
+        processor, family=family, system_prompt=data_args.system_prompt,
+        instruction=data_args.instruction, max_length=data_args.max_length, min_pixels=model_args.min_pixels,
+        max_pixels=model_args.max_pixels, on_error=data_args.on_error,
+        numeric_vocab=NumericVocab.from_tokenizer(tokenizer, canonical=loss_args.numeric_vocab == "canonical"),
+    )
+    # every record checked before the (slow) model load: a bad one stops the run or is dropped up front
+    train_dataset, eval_dataset, preflight_skips = checked_datasets(train_dataset, eval_dataset, collator,
+                                                                    data_args, train_args)
+    model, _ = load_model_and_processor(
+        model_args.model_name_or_path, processor=processor, dtype=model_args.torch_dtype,
         attn_implementation=model_args.attn_implementation, min_pixels=model_args.min_pixels,
         max_pixels=model_args.max_pixels, seed=train_args.seed, freeze_vision=model_args.freeze_vision,
         freeze_merger=model_args.freeze_merger, freeze_language=model_args.freeze_language,
@@ -242,13 +318,6 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
     )
     # load_model_and_processor already enabled checkpointing; the Trainer would redo it with other kwargs
     train_args.gradient_checkpointing = False
-    tokenizer = getattr(processor, "tokenizer", processor)
-    collator = VLMCollator(
-        processor, family=family_of(model), system_prompt=data_args.system_prompt,
-        instruction=data_args.instruction, max_length=data_args.max_length, min_pixels=model_args.min_pixels,
-        max_pixels=model_args.max_pixels, on_error=data_args.on_error,
-        numeric_vocab=NumericVocab.from_tokenizer(tokenizer, canonical=loss_args.numeric_vocab == "canonical"),
-    )
     trainer = NumericTrainer(
         model=model, args=train_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_collator=collator, processing_class=processor,
@@ -260,13 +329,15 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
         metrics.update(trainer.evaluate())
     save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora,
                run_config=run_config(model_args, data_args, loss_args, train_args, collator))
-    if data_args.on_error == "skip":  # workers warn one by one; this is the total over workers and ranks
-        skipped = torch.tensor(trainer.skipped_samples, device=train_args.device)
+    if data_args.on_error == "skip":
+        # records dropped by the preflight (each once), plus any the collator still had to skip (a file
+        # that broke during the run), totalled over DataLoader workers and ranks
+        runtime = torch.tensor(trainer.skipped_samples, device=train_args.device)
         if train_args.world_size > 1:
-            skipped = trainer.accelerator.reduce(skipped, reduction="sum")
-        metrics["skipped_samples"] = int(skipped)
-        if metrics["skipped_samples"] and trainer.args.should_save:
-            print(f"the collator skipped {metrics['skipped_samples']} samples (reasons in the warnings above)")
+            runtime = trainer.accelerator.reduce(runtime, reduction="sum")
+        metrics["skipped_samples"] = preflight_skips + int(runtime)
+        if int(runtime) and trainer.args.should_save:
+            print(f"the collator skipped {int(runtime)} more samples during training (reasons in the warnings above)")
     if trainer.args.should_save:
         trainer.save_metrics("all", metrics)
     return metrics

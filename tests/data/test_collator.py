@@ -235,3 +235,11 @@ def test_bad_arguments(make, tiny_processor):
         make(on_error="ignore")
     with pytest.raises(ValueError, match="min_pixels"):
         make(min_pixels=10_000, max_pixels=5_000)
+
+
+def test_instruction_is_not_repeated_when_the_question_ends_with_it():
+    s = Sample(None, "What time does the clock show? Answer in H:MM format.", "3:07", "clocks", "x")
+    assert build_messages(s, instruction="Answer in H:MM format.")[0]["content"] == s.question
+    other = Sample(None, "What time is it?", "3:07", "clocks", "y")
+    assert build_messages(other, instruction="Answer in H:MM format.")[0]["content"] == (
+        "What time is it?\nAnswer in H:MM format.")

@@ -27,11 +27,14 @@ def build_messages(sample: Sample, *, system_prompt: str | None = None, instruct
                    with_answer: bool = True) -> list[dict]:
     """The chat for one sample, in the Hugging Face message format.
 
-    [system (if given)], user = [image, question + "\\n" + instruction (if given)] (plain text content for
-    a text-only sample), assistant = answer (when `with_answer`). The image entry carries `sample.image`
+    [system (if given)], user = [image, question + "\\n" + instruction (if given, and unless the question
+    already ends with it: one clock phrasing says "Answer in H:MM format." itself)] (plain text content for a
+    text-only sample), assistant = answer (when `with_answer`). The image entry carries `sample.image`
     (PIL image or path) so the messages also work with qwen_vl_utils.process_vision_info.
     """
-    question = sample.question if not instruction else f"{sample.question}\n{instruction}"
+    question = sample.question
+    if instruction and not " ".join(question.split()).lower().endswith(" ".join(instruction.split()).lower()):
+        question = f"{question}\n{instruction}"
     messages = []
     if system_prompt is not None:
         messages.append({"role": "system", "content": system_prompt})
@@ -226,6 +229,14 @@ class VLMCollator:
                             f"(answer {s.answer!r}, record {s.id!r} of {s.source})")
         span = (pos >= start[:, None]) & (pos <= end[:, None])
         return torch.where(span, input_ids, IGNORE_INDEX)
+
+    def measure(self, sample: Sample) -> int:
+        """Tokens the sample's training chat takes, without building pixel values; the same checks as a
+        batch (image decodes and has a usable size, answer non-empty, no special tokens): DataError names
+        the record. Equals the sample's row length in `self([sample])`."""
+        text, images = self._prepare(sample, with_answer=True)
+        length = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return length + sum(self.family.placeholder_tokens(img, self.processor) - 1 for img in images)
 
     def prompt_batch(self, samples: list[Sample]) -> dict:
         """Left-padded generation inputs: the same chats without the assistant turn, ending with the

@@ -106,6 +106,10 @@ class Family:
         """LongTensor [B]: how many image-placeholder tokens each row must hold after processing."""
         return torch.tensor(images_per_row, dtype=torch.long)
 
+    def placeholder_tokens(self, image, processor) -> int:
+        """Tokens one (already sized) image occupies in the text after processing."""
+        return 1
+
     def add_masked_image(self, inputs: dict, processor) -> None:
         """Give a micro-batch without images one blank image that no text token can see, in place.
 

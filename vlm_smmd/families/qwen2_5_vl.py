@@ -42,6 +42,11 @@ class QwenVLFamily(Family):
         rows = torch.repeat_interleave(torch.arange(len(images_per_row)), torch.tensor(images_per_row))
         return counts.index_add_(0, rows, per_image)
 
+    def placeholder_tokens(self, image, processor):
+        patch, merge = processor.image_processor.patch_size, processor.image_processor.merge_size
+        width, height = image.size
+        return (height // patch) * (width // patch) // merge**2
+
     def add_masked_image(self, inputs, processor):
         """One merged patch of a blank image, its placeholder in a new first column with attention mask 0
         (mRoPE positions skip masked tokens, and no query attends to it); the other rows get a masked pad."""
