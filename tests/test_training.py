@@ -159,3 +159,43 @@ def test_collator_skips_are_totalled_by_the_trainer(tiny_model_and_processor, tm
         trainer.train()
     assert trainer.skipped_samples == 2  # the bad sample is in both steps' batch of 5
     assert trainer.data_collator(clock_samples(2))["skipped_samples"] == 0
+
+
+def test_training_micro_batches_never_wait_for_the_device(tiny_model_and_processor, tmp_path, monkeypatch):
+    """No .item() / int() / float() / bool() / .tolist() on a tensor from our loss code during training
+    micro-batches (on a GPU each stalls the stream): counts stay on the device until a logging step."""
+    import sys
+
+    model, processor = tiny_model_and_processor
+    trainer, _ = make_trainer(model, processor, tmp_path, max_steps=3, logging_steps=3,
+                              gradient_accumulation_steps=2, per_device_train_batch_size=2)
+    calls = []
+
+    def guard(name):
+        original = getattr(torch.Tensor, name)
+
+        def wrapper(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if "vlm_smmd" in caller and active:
+                calls.append((name, caller, sys._getframe(1).f_lineno))
+            return original(self, *args, **kwargs)
+        return wrapper
+
+    active = False
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "nonzero"):
+        monkeypatch.setattr(torch.Tensor, name, guard(name))
+    compute_loss = trainer.compute_loss
+
+    def watched(*args, **kwargs):
+        nonlocal active
+        active = True
+        try:
+            return compute_loss(*args, **kwargs)
+        finally:
+            active = False
+
+    trainer.compute_loss = watched
+    trainer.train()
+    assert calls == []
+    logged = [h for h in trainer.state.log_history if "ce" in h]
+    assert logged and logged[-1]["numeric_tokens"] > 0  # the end-of-training log read the device sums once

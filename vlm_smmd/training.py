@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,6 +31,8 @@ class NumericTrainer(Trainer):
 
     loss_is_scaled_for_ga = True  # compute_loss divides by whole-step counts itself
 
+    PARTS = ("ce_sum", "n_tokens", "aux_sum", "n_numeric")
+
     def __init__(self, *args, objective: NumericObjective, **kwargs):
         super().__init__(*args, **kwargs)
         from .families import family_of
@@ -38,8 +40,15 @@ class NumericTrainer(Trainer):
         self.family = family_of(self.model)
         self.objective = objective.to(self.args.device)
         self._step_counts = None  # (answer tokens, numeric answer tokens) of the current optimizer step
-        self._parts = {"train": defaultdict(float), "eval": defaultdict(float)}
-        self.skipped_samples = 0  # samples the collator left out under on_error="skip" (this rank)
+        # running sums of PARTS per phase, kept on the device until a log step reads them
+        self._parts = {phase: torch.zeros(len(self.PARTS), dtype=torch.float64, device=self.args.device)
+                       for phase in ("train", "eval")}
+        self._skipped = torch.zeros((), dtype=torch.long, device=self.args.device)
+
+    @property
+    def skipped_samples(self) -> int:
+        """Samples the collator left out under on_error="skip" on this rank (reading it syncs)."""
+        return int(self._skipped)
 
     # group_by_length on the token lengths the preflight measured (HF would look for input_ids in items)
     def _get_train_sampler(self, train_dataset=None):
@@ -54,12 +63,22 @@ class NumericTrainer(Trainer):
         return super()._get_eval_sampler(eval_dataset)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """The optimizer step's micro-batches, plus one host copy of their labels and numeric masks (the
+        step's only sync): from it each batch gets its answer positions (`answer_index`, kept on the host)
+        and the step its token counts over all micro-batches and ranks."""
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        # labels shift by one: position 0 is never a target
+        if not batch_samples:
+            return batch_samples, num_items_in_batch
+        flat = torch.cat([t.flatten().long() for b in batch_samples for t in (b["labels"], b["numeric_mask"])]).cpu()
         counts = torch.zeros(2, dtype=torch.long)
+        offset = 0
         for batch in batch_samples:
-            counts[0] += int((batch["labels"][..., 1:] != -100).sum())
-            counts[1] += int(batch["numeric_mask"][..., 1:].sum())
+            shape, n = batch["labels"].shape, batch["labels"].numel()
+            labels, numeric = flat[offset:offset + n].view(shape), flat[offset + n:offset + 2 * n].view(shape)
+            offset += 2 * n
+            batch["answer_index"] = HostIndex.of(labels)
+            counts[0] += len(batch["answer_index"].pos)
+            counts[1] += numeric[:, 1:].sum()  # labels shift by one: position 0 is never a target
         counts = counts.to(device)
         if self.args.world_size > 1:
             counts = self.accelerator.gather(counts[None]).sum(0)
@@ -70,10 +89,15 @@ class NumericTrainer(Trainer):
         inputs = dict(inputs)
         labels = inputs.pop("labels")
         inputs.pop("numeric_mask", None)
-        self.skipped_samples += int(inputs.pop("skipped_samples", 0))
-        batch_idx, pos_idx, targets = answer_positions(labels)
+        skipped = inputs.pop("skipped_samples", None)
+        if skipped is not None:
+            self._skipped += skipped.to(self._skipped.device)
+        index = inputs.pop("answer_index", None)
+        if index is None:  # evaluation, or a batch not seen by get_batch_samples
+            index = HostIndex.of(labels.cpu())
+        batch_idx, pos_idx, keep = index.batch.to(labels.device), index.pos.to(labels.device), index.keep
         seq_len = labels.shape[1]
-        keep = int(seq_len - pos_idx.min()) if pos_idx.numel() else 1
+        targets = labels[batch_idx, pos_idx + 1]
         # a text-only micro-batch on one of several ranks must still run the vision tower (ZeRO-3, DDP)
         if model.training and self.family.vision and self.args.world_size > 1 and "pixel_values" not in inputs:
             self.family.add_masked_image(inputs, self.processing_class)
@@ -94,28 +118,40 @@ class NumericTrainer(Trainer):
 
     def _record(self, parts: dict, phase: str) -> None:
         acc = self._parts[phase]
-        acc["ce_sum"] += float(parts["ce_sum"])
-        acc["n_tokens"] += int(parts["n_tokens"])
-        acc["aux_sum"] += float(parts["aux_sum"])
-        acc["n_numeric"] += int(parts["n_numeric"])
+        acc += torch.stack([parts[k].to(acc.device, torch.float64) for k in self.PARTS])
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         phase, prefix = ("eval", "eval_") if any(k.startswith("eval_") for k in logs) else ("train", "")
         if phase == "eval" or "loss" in logs:  # the same condition on every rank
-            acc = self._parts[phase]
-            sums = torch.tensor([acc[k] for k in ("ce_sum", "n_tokens", "aux_sum", "n_numeric")],
-                                dtype=torch.float64, device=self.args.device)
+            sums = self._parts[phase]
             if self.args.world_size > 1:  # every rank logs: figures cover all ranks' tokens
-                sums = self.accelerator.reduce(sums, reduction="sum")
-            ce_sum, n_tokens, aux_sum, n_numeric = sums.tolist()
+                sums = self.accelerator.reduce(sums.clone(), reduction="sum")
+            ce_sum, n_tokens, aux_sum, n_numeric = sums.tolist()  # the logging step's one sync
             if n_tokens:
                 ce, aux = ce_sum / n_tokens, aux_sum / max(n_numeric, 1)
                 logs[f"{prefix}ce"] = round(ce, 6)
                 logs[f"{prefix}aux"] = round(aux, 6)
                 logs[f"{prefix}total"] = round(ce + self.objective.lam * aux, 6)
                 logs[f"{prefix}numeric_tokens"] = int(n_numeric)
-            acc.clear()
+            self._parts[phase].zero_()
         super().log(logs, start_time)
+
+
+@dataclass
+class HostIndex:
+    """Answer positions on the host: batch row [M], position [M] (`answer_positions`), and `keep`, the
+    width of the right-aligned logits window that covers them. Not a tensor or tuple, so the Trainer does
+    not move it to the device with the batch."""
+
+    batch: torch.Tensor
+    pos: torch.Tensor
+    keep: int
+
+    @classmethod
+    def of(cls, labels: torch.Tensor) -> HostIndex:
+        """From host labels [B, T]."""
+        batch, pos, _ = answer_positions(labels)
+        return cls(batch, pos, int(labels.shape[1] - pos.min()) if len(pos) else 1)
 
 
 def _length_sampler(batch_size: int, dataset, seed: int | None = None):

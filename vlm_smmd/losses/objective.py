@@ -78,6 +78,7 @@ class NumericObjective(nn.Module):
             raise ValueError(f"need as many numeric token ids as values (> 0), got {len(ids)} and {len(values)}")
         self.aux_name, self.lam = aux, float(lam)
         self.register_buffer("numeric_token_ids", ids, persistent=False)
+        self.max_numeric_id = int(ids.max())  # checked against the logit width without a device sync
         cls, fixed = AUX_LOSSES[aux]
         if cls is None:
             if aux_kwargs:
@@ -104,28 +105,31 @@ class NumericObjective(nn.Module):
         aux = (sum of per-position aux over numeric targets) / aux_denominator (default: their number).
         Denominators may be numbers or tensors (e.g. the Trainer's num_items_in_batch); 0 counts as 1.
         Returns {"loss", "ce", "aux"} (tensors in the graph; aux exactly 0 but connected when no target
-        is numeric), {"ce_sum", "aux_sum"} (detached tensors) and {"n_tokens", "n_numeric"} (ints).
+        is numeric), {"ce_sum", "aux_sum"} (detached tensors) and {"n_tokens", "n_numeric"} (0-d long tensors).
+        Nothing here waits for the device: no `.item()`, no data-dependent shapes.
         """
         if logits.dim() != 2 or targets.shape != logits.shape[:1]:
             raise ValueError(f"need logits [M, V] and targets [M], got {tuple(logits.shape)} and {tuple(targets.shape)}")
-        ids = self.numeric_token_ids
-        if len(ids) and int(ids.max()) >= logits.shape[1]:
-            raise ValueError(f"numeric token id {int(ids.max())} is outside the logit width {logits.shape[1]}")
+        if self.max_numeric_id >= logits.shape[1]:
+            raise ValueError(f"numeric token id {self.max_numeric_id} is outside the logit width {logits.shape[1]}")
         if self.numeric_token_ids.device != logits.device:
             self.to(logits.device)  # a loss module is not moved with the model; follow the logits
         targets = targets.to(logits.device)
         logits32 = logits.float() if logits.dtype != torch.float64 else logits
         ce_sum = F.cross_entropy(logits32, targets, ignore_index=IGNORE_INDEX, reduction="sum")
-        n_tokens = int((targets != IGNORE_INDEX).sum())
+        n_tokens = (targets != IGNORE_INDEX).sum()
 
         if self.aux_loss is None:
-            aux_sum, n_numeric = logits32[:0].sum(), 0  # 0, connected to the graph
+            aux_sum, n_numeric = logits32[:0].sum(), torch.zeros((), dtype=torch.long, device=logits.device)
         else:
+            ids = self.numeric_token_ids
             match = targets[:, None] == ids[None, :]  # [M, N]
-            rows = match.any(1).nonzero(as_tuple=True)[0]  # numeric positions [Mn]
-            n_numeric = int(rows.numel())
-            num_logits = logits32[rows[:, None], ids[None, :]]  # [Mn, N]; empty but connected when Mn == 0
-            aux_sum = self.aux_loss.per_position(num_logits, match[rows].int().argmax(1)).sum()
+            numeric = match.any(1)  # [M]
+            # every row goes through the aux (non-numeric rows with a stand-in target) and is masked out:
+            # no data-dependent selection, so no sync
+            per_position = self.aux_loss.per_position(logits32[:, ids], match.int().argmax(1))  # [M]
+            aux_sum = torch.where(numeric, per_position, torch.zeros_like(per_position)).sum()
+            n_numeric = numeric.sum()
 
         ce = _divide(ce_sum, n_tokens if ce_denominator is None else ce_denominator)
         aux = _divide(aux_sum, n_numeric if aux_denominator is None else aux_denominator)
