@@ -199,3 +199,51 @@ def test_training_micro_batches_never_wait_for_the_device(tiny_model_and_process
     assert calls == []
     logged = [h for h in trainer.state.log_history if "ce" in h]
     assert logged and logged[-1]["numeric_tokens"] > 0  # the end-of-training log read the device sums once
+
+
+@pytest.fixture(scope="module")
+def full_batch_gradient():
+    """d(CE + 0.7 * SMMD)/d(params) of the tiny preset's seed-0 weights on one batch of all four samples,
+    by hand from the full [B, T, V] logits."""
+    from vlm_smmd.modeling import load_model_and_processor
+
+    model, processor = load_model_and_processor("tiny", verbose=False)
+    batch = QwenVLCollator(processor)(clock_samples())
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "numeric_mask")}
+    model.train()  # as the Trainer runs it (the tiny preset has no dropout)
+    logits = model(**inputs).logits
+    shift_logits, shift_labels = logits[:, :-1], batch["labels"][:, 1:]
+    keep = shift_labels != -100
+    digit_ids = torch.arange(15, 25)  # "0".."9" on Qwen2.5
+    numeric = keep & torch.isin(shift_labels, digit_ids)
+    ce = F.cross_entropy(shift_logits[keep], shift_labels[keep])
+    aux = SMMDLoss(torch.arange(10.0))(shift_logits[numeric][:, digit_ids], shift_labels[numeric] - 15)
+    (ce + 0.7 * aux).backward()
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("batch_size, accumulation", [(4, 1), (2, 2), (1, 4)])
+def test_accumulated_sgd_step_is_the_full_batch_gradient(tmp_path, full_batch_gradient, batch_size, accumulation):
+    """One SGD step (lr 1, constant, no clipping, no decay) moves every weight by minus the hand-computed
+    full-batch gradient, however the batch of 4 is split into micro-batches. The update ratio
+    <delta, -g> / <g, g> is 1; a Trainer that divides our already step-normalised loss by the
+    accumulation steps again (transformers < 5.19 ignores `loss_is_scaled_for_ga`) gives 1 / accumulation."""
+    from vlm_smmd.modeling import load_model_and_processor
+
+    grads = full_batch_gradient
+    model, processor = load_model_and_processor("tiny", verbose=False)  # the same seed-0 weights
+    before = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+    assert before.keys() == grads.keys()
+    trainer, _ = make_trainer(model, processor, tmp_path, per_device_train_batch_size=batch_size,
+                              gradient_accumulation_steps=accumulation, max_steps=1, optim="sgd",
+                              learning_rate=1.0, max_grad_norm=0.0, lr_scheduler_type="constant", weight_decay=0.0)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    after = dict(model.named_parameters())
+    delta = torch.cat([(after[name].detach() - before[name]).flatten() for name in before]).double()
+    expected = -torch.cat([grads[name].flatten() for name in before]).double()
+    assert expected.norm() > 1.0  # a real step, far above float noise
+    ratio = float(delta @ expected / (expected @ expected))
+    assert abs(ratio - 1) < 1e-3, f"update ratio {ratio:.4f} at {accumulation} accumulation steps (want 1)"
+    # and not only along the gradient: the update is the gradient (micro-batches pad differently: float noise)
+    assert float((delta - expected).norm() / expected.norm()) < 1e-3
