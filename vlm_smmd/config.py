@@ -30,7 +30,8 @@ class ConfigError(ValueError):
 class ModelArguments:
     model_name_or_path: str = field(
         default="tiny", metadata={"help": "hub id, local dir, or a preset: tiny (Qwen2.5-VL), tiny-qwen2-vl, "
-                                  "tiny-qwen3-vl, tiny-mllama, tiny-qwen2.5, tiny-llama3"})
+                                  "tiny-qwen3-vl, tiny-mllama, tiny-qwen2.5, tiny-llama3, or scratch (a task "
+                                  "vocabulary and the scratch_* sizes)"})
     torch_dtype: str = field(default="auto", metadata={"help": "auto | bf16 | fp16 | fp32"})
     attn_implementation: str | None = field(default=None, metadata={"help": "eager | sdpa | flash_attention_2"})
     min_pixels: int | None = field(default=None, metadata={"help": "smallest image area in pixels"})
@@ -44,6 +45,13 @@ class ModelArguments:
     lora_dropout: float = 0.05
     lora_vision: bool = field(default=False, metadata={"help": "also put adapters on the vision blocks"})
     merge_lora: bool = field(default=True, metadata={"help": "save the merged model rather than the adapter"})
+    scratch_family: str = field(default="qwen2_5_vl", metadata={"help": "scratch preset: qwen2_5_vl | qwen2 (text)"})
+    scratch_hidden_size: int = field(default=64, metadata={"help": "scratch preset: text hidden size"})
+    scratch_layers: int = field(default=2, metadata={"help": "scratch preset: text layers"})
+    scratch_heads: int = field(default=4, metadata={"help": "scratch preset: text attention heads"})
+    scratch_vision_hidden_size: int = field(default=64, metadata={"help": "scratch preset: vision hidden size"})
+    scratch_vision_depth: int = field(default=2, metadata={"help": "scratch preset: vision blocks"})
+    scratch_vision_heads: int = field(default=4, metadata={"help": "scratch preset: vision attention heads"})
 
 
 @dataclass

@@ -3,6 +3,10 @@
 Presets, randomly initialised with the real tokenizers (built offline, see `families.tokenizers`):
 "tiny" / "tiny-qwen2.5-vl", "tiny-qwen2-vl", "tiny-qwen3-vl", "tiny-mllama" (Llama-3.2-Vision), and the
 text LLMs "tiny-qwen2.5", "tiny-llama3".
+
+"scratch" is the research preset (`build_scratch`): a family's real architecture, randomly initialised at
+the sizes asked, over a task vocabulary (`task_vocab`) learned from the task's own texts, so that a model
+small enough to learn on two CPU cores does not spend its time on a 152k-token output layer.
 """
 
 from __future__ import annotations
@@ -87,10 +91,64 @@ def load_processor(name_or_path: str, *, min_pixels: int | None = None, max_pixe
     return family, processor
 
 
+SCRATCH = "scratch"
+
+
+def _mrope_sections(head_dim: int) -> list[int]:
+    """Qwen's split of the rotary half-dimensions over (time, height, width): 64 -> [16, 24, 24]."""
+    half = head_dim // 2
+    side = (half - half // 4) // 2
+    return [half - 2 * side, side, side]
+
+
+def build_scratch(family, texts, *, sizes: dict, min_pixels=None, max_pixels=None):
+    """(config, processor) of the scratch preset: `family`'s architecture at `sizes` (hidden_size, layers,
+    heads, vision_hidden_size, vision_depth, vision_heads) over a tokenizer learned from `texts`, keeping the
+    family's special-token names and chat template (so the stock processor, the collator, NumericVocab and
+    evaluation run unchanged). Qwen2.5-VL and Qwen2.5 (text) are supported."""
+    from .task_vocab import build_task_tokenizer
+
+    if family.model_type not in ("qwen2_5_vl", "qwen2"):
+        raise ModelLoadError(f"the scratch preset supports the qwen2_5_vl and qwen2 families, not {family.model_type}")
+    base = family.tiny_processor(min_pixels, max_pixels)
+    base_tok = getattr(base, "tokenizer", base)
+    specials = [t.content for _, t in sorted(base_tok.added_tokens_decoder.items()) if t.special]
+    tok = build_task_tokenizer(texts, special_tokens=specials, chat_template=base_tok.chat_template,
+                               eos_token=base_tok.eos_token, pad_token=base_tok.pad_token)
+    hidden, heads = sizes["hidden_size"], sizes["heads"]
+    if hidden % heads or (hidden // heads) % 2:
+        raise ModelLoadError(f"scratch: hidden_size {hidden} must split into {heads} heads of an even size")
+    text = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
+                num_hidden_layers=sizes["layers"], num_attention_heads=heads, num_key_value_heads=heads,
+                max_position_embeddings=4096, bos_token_id=None, eos_token_id=tok.eos_token_id,
+                tie_word_embeddings=False)
+    if not family.vision:
+        from transformers import Qwen2Config
+
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
+        return Qwen2Config(**text), tok
+    from transformers import Qwen2_5_VLConfig
+
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0,
+                               "mrope_section": _mrope_sections(hidden // heads)}
+    depth, vision_hidden = sizes["vision_depth"], sizes["vision_hidden_size"]
+    vision = dict(depth=depth, hidden_size=vision_hidden, intermediate_size=2 * vision_hidden,
+                  num_heads=sizes["vision_heads"], patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                  window_size=112, out_hidden_size=hidden, fullatt_block_indexes=[depth - 1])
+    ids = {name: tok.convert_tokens_to_ids(t) for name, t in (
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=False, **ids)
+    parts = {attr: getattr(base, attr) for attr in type(base).get_attributes()}
+    processor = type(base)(**{**parts, "tokenizer": tok}, chat_template=base.chat_template)
+    return config, processor
+
+
 def load_model_and_processor(
     name_or_path: str,
     *,
     processor=None,
+    config=None,
     dtype="auto",
     attn_implementation: str | None = None,
     min_pixels: int | None = None,
@@ -113,20 +171,25 @@ def load_model_and_processor(
     `name_or_path` is a hub id, a local directory saved with `save_pretrained`, or a preset name (module
     docstring; randomly initialised, seeded by `seed`). The family comes from the preset or from the
     checkpoint's config `model_type`; an unsupported one is a ModelLoadError listing the supported families.
-    A `processor` from `load_processor` is used as it is.
+    A `processor` from `load_processor` is used as it is; with a `config` (the scratch preset, with the
+    processor `build_scratch` made for it) the model is that config, randomly initialised.
     `freeze_merger` freezes the projector between vision and language (Qwen's merger, Mllama's
     multi_modal_projector).
     """
     torch_dtype = _resolve_dtype(dtype)
-    if processor is None:
+    if config is not None:
+        if processor is None:
+            raise ValueError("a config to initialise needs its processor (see build_scratch)")
+        family = family_for(config.model_type)
+    elif processor is None:
         family, processor = load_processor(name_or_path, min_pixels=min_pixels, max_pixels=max_pixels,
                                            trust_remote_code=trust_remote_code)
     else:
         family = resolve_family(name_or_path)
-    if name_or_path in presets():
+    if config is not None or name_or_path in presets():
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            config = family.tiny_config()
+            config = config if config is not None else family.tiny_config()
             if attn_implementation:
                 config._attn_implementation = attn_implementation
             model = family.model_class()(config)

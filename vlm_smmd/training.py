@@ -320,10 +320,28 @@ def checked_datasets(train_dataset, eval_dataset, collator, data_args, train_arg
     return out[0], out[1], skipped
 
 
+def scratch_preset(model_args, data_args, train_dataset, eval_dataset):
+    """(config, processor) of the scratch preset: the task vocabulary is learned from every question and
+    answer of both sets, the instruction and the system prompt."""
+    from .families import family_for
+    from .modeling import build_scratch
+
+    texts = [t for t in (data_args.instruction, data_args.system_prompt) if t]
+    for dataset in (train_dataset, eval_dataset):
+        for i in range(len(dataset) if dataset is not None else 0):
+            sample = dataset[i]
+            texts += [sample.question, sample.answer]
+    sizes = {k: getattr(model_args, f"scratch_{k}") for k in ("hidden_size", "layers", "heads", "vision_hidden_size",
+                                                               "vision_depth", "vision_heads")}
+    return build_scratch(family_for(model_args.scratch_family), texts, sizes=sizes,
+                         min_pixels=model_args.min_pixels, max_pixels=model_args.max_pixels)
+
+
 def run(model_args, data_args, loss_args, train_args) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir."""
     from .data.collator import VLMCollator
-    from .modeling import load_model_and_processor, load_processor
+    from .families import family_for
+    from .modeling import SCRATCH, load_model_and_processor, load_processor
     from .numeric import NumericVocab
 
     set_seed(train_args.seed)
@@ -331,8 +349,13 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
     if train_args.resume_from_checkpoint is True or train_args.resume_from_checkpoint == "true":
         train_args.resume_from_checkpoint = True
     train_dataset, eval_dataset = build_datasets(data_args)
-    family, processor = load_processor(model_args.model_name_or_path, min_pixels=model_args.min_pixels,
-                                       max_pixels=model_args.max_pixels)
+    scratch_config = None
+    if model_args.model_name_or_path == SCRATCH:
+        scratch_config, processor = scratch_preset(model_args, data_args, train_dataset, eval_dataset)
+        family = family_for(scratch_config.model_type)
+    else:
+        family, processor = load_processor(model_args.model_name_or_path, min_pixels=model_args.min_pixels,
+                                           max_pixels=model_args.max_pixels)
     tokenizer = getattr(processor, "tokenizer", processor)
     collator = VLMCollator(
         processor, family=family, system_prompt=data_args.system_prompt,
@@ -344,7 +367,7 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
     train_dataset, eval_dataset, preflight_skips = checked_datasets(train_dataset, eval_dataset, collator,
                                                                     data_args, train_args)
     model, _ = load_model_and_processor(
-        model_args.model_name_or_path, processor=processor, dtype=model_args.torch_dtype,
+        model_args.model_name_or_path, processor=processor, config=scratch_config, dtype=model_args.torch_dtype,
         attn_implementation=model_args.attn_implementation, min_pixels=model_args.min_pixels,
         max_pixels=model_args.max_pixels, seed=train_args.seed, freeze_vision=model_args.freeze_vision,
         freeze_merger=model_args.freeze_merger, freeze_language=model_args.freeze_language,
