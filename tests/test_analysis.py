@@ -499,7 +499,8 @@ def _planted_run(tmp_path, *, config=True, state=True):
     if state:
         history = [{"step": s, "loss": 3.0 / s, "ce": 2.5 / s, "aux": 0.5 / s, "total": 3.0 / s,
                     "learning_rate": 1e-3} for s in (10, 20, 30, 40)]
-        history += [{"step": 20, "eval_ce": 1.1, "eval_loss": 1.2, "eval_exact_match": 0.2, "eval_runtime": 3.0},
+        history += [{"step": 20, "eval_ce": 1.1, "eval_loss": 1.2, "eval_exact_match": 0.2, "eval_runtime": 3.0,
+                     "eval_numeric_tokens": 53},
                     {"step": 40, "eval_ce": 0.9, "eval_loss": 1.0, "eval_exact_match": 0.3, "eval_runtime": 3.0},
                     {"step": 40, "train_runtime": 61.5, "train_loss": 0.1}]
         (run_dir / "trainer_state.json").write_text(json.dumps({"global_step": 40, "log_history": history}))
@@ -523,7 +524,7 @@ def test_report_names_the_run_and_plots_its_training_curve(tmp_path, capsys):
     assert (out / "training_curve_0_eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     series = analysis._curve_series(json.loads((run_dir / "trainer_state.json").read_text())["log_history"])
     assert set(series) == {"training", "evaluation losses", "evaluation metrics"}
-    assert set(series["evaluation metrics"]) == {"eval_exact_match"}  # runtime is no metric
+    assert set(series["evaluation metrics"]) == {"eval_exact_match"}  # runtime and token counts are no metric
     assert series["training"]["ce"][0] == (10.0, 0.25)
 
 

@@ -860,7 +860,7 @@ IDENTITY_KEYS = ("model_name_or_path", "family", "dataset", "data_root", "mixtur
                  "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "learning_rate", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "seed")
 _SIZE_KEY = re.compile(r"hidden|layers|depth|heads|intermediate|vocab|pixels|image_size|patch")
-_EVAL_SKIP = re.compile(r"runtime|per_second|epoch")
+_EVAL_SKIP = re.compile(r"runtime|per_second|epoch|numeric_tokens")  # bookkeeping, not a metric
 
 
 def _curve_series(history: Sequence[Mapping]) -> dict[str, dict[str, list[tuple[float, float]]]]:
