@@ -141,3 +141,25 @@ def test_zero3_two_ranks_with_one_rank_text_only(tmp_path, preset):
             str(REPO / "tests" / "zero3_worker.py"), preset, str(tmp_path / "out")], tmp_path, timeout=240)
     losses = json.loads((tmp_path / "out" / "losses.json").read_text())
     assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset, extra", [
+    ("tiny-qwen3-vl", {"deepspeed": "configs/deepspeed/zero2.json", "lora": True, "lora_r": 4}),
+    ("tiny-mllama", {"deepspeed": "configs/deepspeed/zero3.json", "freeze_vision": True}),
+    ("tiny-qwen2-vl", {"lora": True, "lora_r": 4, "lora_vision": True}),
+])
+def test_other_families_train_save_and_reload(tmp_path, clock_root, preset, extra):
+    """`vlm-smmd train` per family: the loss goes down, the saved folder reloads as that family."""
+    config = write_config(tmp_path, clock_root, model_name_or_path=preset, **extra)
+    launch(train_cli(config), tmp_path)
+    history, _ = losses(tmp_path / "out", 6)
+    assert history[-1] < history[0]
+    from vlm_smmd.families import family_of, presets
+    from vlm_smmd.modeling import load_model_and_processor
+
+    model, _ = load_model_and_processor(str(tmp_path / "out"), verbose=False)
+    assert family_of(model) is presets()[preset]
+    assert not any("lora_" in name for name, _ in model.named_parameters())
+    run_config = json.loads((tmp_path / "out" / "run_config.json").read_text())
+    assert run_config["family"] == presets()[preset].model_type and run_config["model_name_or_path"] == preset
