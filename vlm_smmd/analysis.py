@@ -64,7 +64,6 @@ distinct predictions than COLLAPSE_DISTINCT (a tenth) of the distinct targets.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -1474,11 +1473,15 @@ def _default_names(paths: Sequence[Path]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    # the command's conventions (one-line errors, --x_y for --x-y); the analysis itself imports no CLI
+    from vlm_smmd.cli import Parser, existing, fail, input_error, no_empty_folder, usage_error
+
+    parser = Parser(
         prog="vlm-smmd analyze",
         description="Per-digit error analysis of predictions.jsonl files; several files are compared side by side.")
     parser.add_argument("predictions", nargs="+", type=Path, help="predictions.jsonl files, one per run")
     parser.add_argument("--out", required=True, type=Path, help="folder for report.md, analysis.json and PNGs")
+    parser.add_argument("--overwrite", action="store_true", help="replace the report that --out already holds")
     parser.add_argument("--names", help="comma-separated run names, one per file (default: from the paths)")
     parser.add_argument("--run-dir", action="append", type=Path, metavar="DIR",
                         help="training output folder (run_config.json, trainer_state.json) of each file, in "
@@ -1496,20 +1499,26 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--names must be distinct and non-empty, got {args.names!r}")
     if args.run_dir is not None and len(args.run_dir) != len(args.predictions):
         parser.error(f"--run-dir given {len(args.run_dir)} times for {len(args.predictions)} prediction files")
+    if existing(args.out, ("report.md",)) and not args.overwrite:
+        return usage_error("analyze", f"--out {args.out} already holds a report.md; pass --overwrite to replace "
+                           "it, or choose another --out")
     try:
-        runs = {name: load_predictions(path) for name, path in zip(names, args.predictions)}
-    except (OSError, ValueError) as e:
-        print(f"vlm-smmd analyze: error: {e}", file=sys.stderr)
-        return 1
-    notes = []
-    ids = {name: {str(r["id"]) for r in recs} for name, recs in runs.items()}
-    if len({frozenset(s) for s in ids.values()}) > 1:
-        notes.append("The runs do not cover the same record ids; compare their figures with care.")
-    analyses = {name: analyze_records(recs, swap_tolerance=args.swap_tolerance) for name, recs in runs.items()}
-    run_dirs = args.run_dir or [None] * len(names)
-    info = {n: load_run_info(d, predictions=p) for n, d, p in zip(names, run_dirs, args.predictions)}
-    report = write_report(analyses, args.out, inputs={n: str(p) for n, p in zip(names, args.predictions)},
-                          notes=notes, run_info=info)
+        with no_empty_folder(args.out):
+            runs = {name: load_predictions(path) for name, path in zip(names, args.predictions)}
+            notes = []
+            ids = {name: {str(r["id"]) for r in recs} for name, recs in runs.items()}
+            if len({frozenset(s) for s in ids.values()}) > 1:
+                notes.append("The runs do not cover the same record ids; compare their figures with care.")
+            analyses = {name: analyze_records(recs, swap_tolerance=args.swap_tolerance)
+                        for name, recs in runs.items()}
+            run_dirs = args.run_dir or [None] * len(names)
+            info = {n: load_run_info(d, predictions=p) for n, d, p in zip(names, run_dirs, args.predictions)}
+            report = write_report(analyses, args.out, inputs={n: str(p) for n, p in zip(names, args.predictions)},
+                                  notes=notes, run_info=info)
+    except Exception as e:
+        if not input_error(e):
+            raise
+        return fail("analyze", e)
     for name, a in analyses.items():
         figs = ", ".join(f"{f.label} {_fmt(f.value)} (chance {_fmt(f.chance)})" for f in headline(a)[:4])
         print(f"{name}: {a['records']} records; {figs}")

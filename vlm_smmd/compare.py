@@ -687,7 +687,9 @@ def eval_data(data_args) -> list[list[str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from .cli import Parser
+
+    parser = Parser(
         prog="vlm-smmd compare", allow_abbrev=False,
         description="Train, evaluate and analyse every aux loss (and SMMD with control kernels) over several "
                     "seeds on one config; writes results.md / results.csv, plots and a comparison report. "
@@ -699,7 +701,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="SMMD with these control kernels, from random, shuffled; '' for none "
                              "(default %(default)s)")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default %(default)s)")
-    parser.add_argument("--out", required=True, type=Path, help="output folder (rerun it to resume)")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="output folder: a new or empty one, or one of an earlier compare with the same "
+                             "settings, which is resumed (a folder holding anything else is refused)")
     parser.add_argument("--eval-limit", type=int, help="evaluate the first N samples of the eval split (default all)")
     parser.add_argument("--eval-batch-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=16)
@@ -717,6 +721,8 @@ def _duration(seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .cli import fail, input_error, no_empty_folder, usage_error
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if argv and argv[0].startswith("--") and argv[0] not in ("-h", "--help"):
@@ -741,8 +747,7 @@ def main(argv: list[str] | None = None) -> int:
             args.config, {**overrides, "deepspeed": None, "output_dir": str(args.out / "runs")})
         data = eval_data(data_args)
     except ConfigError as e:
-        print(f"vlm-smmd compare: {e}", file=sys.stderr)
-        return 2
+        return usage_error("compare", e)
     if not auxes and not controls:
         parser.error("nothing to compare: --aux and --kernel-controls are both empty")
 
@@ -756,22 +761,34 @@ def main(argv: list[str] | None = None) -> int:
                  "min_pixels": model_args.min_pixels, "max_pixels": model_args.max_pixels,
                  "on_error": data_args.on_error},
     }
-    out.mkdir(parents=True, exist_ok=True)
     settings_file = out / "compare.json"
+    # --out is new, empty, or an earlier compare with the same settings (resumed); results.md, plots/ and
+    # analysis/ would overwrite whatever else a folder holds
     if settings_file.is_file():
-        old = _read_json(settings_file)
+        try:
+            old = _read_json(settings_file)
+        except ValueError as e:
+            return usage_error("compare", f"{settings_file}: unreadable ({e}); use another --out")
         diff = [k for k in settings if json.dumps(old.get(k), sort_keys=True) != json.dumps(
             json.loads(json.dumps(settings[k], default=str)), sort_keys=True)]
         if diff:
-            print(f"vlm-smmd compare: {out} holds runs made with other settings ({', '.join(diff)} differ; "
-                  f"see {settings_file}); use another --out, or delete that folder", file=sys.stderr)
-            return 2
-    else:
+            return usage_error("compare", f"{out} holds runs made with other settings ({', '.join(diff)} differ; "
+                               f"see {settings_file}); use another --out, or delete that folder")
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return usage_error("compare", f"--out {out} already holds files of something other than a compare (no "
+                           "compare.json) that the results would overwrite; use a new or empty --out")
+    try:
+        with no_empty_folder(out):
+            from .training import synthesize_if_missing
+
+            synthesize_if_missing(data_args)  # once, before any variant: all of them read the same files
+    except Exception as e:
+        if not input_error(e):
+            raise
+        return fail("compare", e)
+    out.mkdir(parents=True, exist_ok=True)
+    if not settings_file.is_file():
         _write_json(settings_file, settings)
-
-    from .training import synthesize_if_missing
-
-    synthesize_if_missing(data_args)  # once, before any variant: all of them read the same files
     variants = plan_variants(auxes, controls, seeds)
     status = Status(out / "status.json", [v.name for v in variants])
     launcher = shlex.split(args.launcher) if args.launcher else None

@@ -1,19 +1,26 @@
 """Run configuration: dataclasses for model, data and loss, plus the HF TrainingArguments.
 
 A config is one flat YAML mapping whose keys are fields of these dataclasses (HfArgumentParser style);
-`--key value` on the command line overrides a key. Unknown keys are errors that name the key.
+`--key value` (or `--key-name value`) on the command line overrides a key. Unknown keys are errors that
+name the key and where it came from.
+
+Importing transformers takes seconds, so keys and our own values are checked first (`check_config`):
+the TrainingArguments field names are read from transformers' source with `ast`, and
+`VLMTrainingArguments` is built on first use (module `__getattr__`). Only `load_config` imports it.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
+import importlib.util
 import json
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 import yaml
-from transformers import HfArgumentParser, TrainingArguments
 
 AUX_NAMES = ("smmd", "mmd", "smooth", "ntl_mse", "ntl_was", "dist2", "gce", "none")
 DATASETS = ("clocks", "chartqa", "plotqa", "dvqa", "gsm8k", "svamp", "deepmind_math", "arithmetic", "mixture")
@@ -103,21 +110,72 @@ class LossArguments:
                                  "canonical: integers without leading zeros only"})
 
 
-@dataclass
-class VLMTrainingArguments(TrainingArguments):
-    """TrainingArguments with defaults that suit VLM fine-tuning with our collator."""
-
-    remove_unused_columns: bool = field(default=False, metadata={"help": "samples are not dicts of columns"})
-    prediction_loss_only: bool = field(default=True, metadata={"help": "never gather [B, T, V] logits"})
-    logging_steps: float = 10
-    save_strategy: str = "no"
+OWN_CLASSES = (ModelArguments, DataArguments, LossArguments)
 
 
-CONFIG_CLASSES = (ModelArguments, DataArguments, LossArguments, VLMTrainingArguments)
+@functools.cache
+def _vlm_training_arguments() -> type:
+    from transformers import TrainingArguments
+
+    @dataclass
+    class VLMTrainingArguments(TrainingArguments):
+        """TrainingArguments with defaults that suit VLM fine-tuning with our collator."""
+
+        remove_unused_columns: bool = field(default=False, metadata={"help": "samples are not dicts of columns"})
+        prediction_loss_only: bool = field(default=True, metadata={"help": "never gather [B, T, V] logits"})
+        logging_steps: float = 10
+        save_strategy: str = "no"
+
+    VLMTrainingArguments.__qualname__ = "VLMTrainingArguments"  # pickled by name (training_args.bin)
+    return VLMTrainingArguments
+
+
+def __getattr__(name: str):
+    """`VLMTrainingArguments` and `CONFIG_CLASSES` (the four dataclasses) import transformers on first use."""
+    if name == "VLMTrainingArguments":
+        return _vlm_training_arguments()
+    if name == "CONFIG_CLASSES":
+        return (*OWN_CLASSES, _vlm_training_arguments())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _init_fields(classes) -> set[str]:
+    return {f.name for cls in classes for f in fields(cls) if f.init}
+
+
+@functools.cache
+def training_argument_names() -> frozenset[str]:
+    """The init field names of HF TrainingArguments, read from transformers/training_args.py with `ast`
+    (no import); from the class itself when that file is not laid out as expected (no plain class of
+    that name, or one with base classes whose fields the source would not show)."""
+    try:
+        spec = importlib.util.find_spec("transformers")
+        source = Path(spec.submodule_search_locations[0], "training_args.py").read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainingArguments"]
+    except (AttributeError, TypeError, IndexError, ValueError, OSError, SyntaxError):
+        cls = None
+    if cls is None or cls.bases:
+        from transformers import TrainingArguments
+
+        return frozenset(_init_fields([TrainingArguments]))
+    names = set()
+    for node in cls.body:
+        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
+            continue
+        if "ClassVar" in ast.unparse(node.annotation):
+            continue
+        value = node.value
+        if (isinstance(value, ast.Call) and ast.unparse(value.func).endswith("field")
+                and any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False
+                        for k in value.keywords)):
+            continue
+        names.add(node.target.id)
+    return frozenset(names)
 
 
 def _known_keys() -> set[str]:
-    return {f.name for cls in CONFIG_CLASSES for f in fields(cls) if f.init}
+    return _init_fields(OWN_CLASSES) | training_argument_names()
 
 
 def parse_overrides(argv: list[str]) -> dict:
@@ -144,30 +202,28 @@ _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 _NONE = {"none", "null", "~"}
 
 
-def _text_none_keys() -> set[str]:
+def _text_none_keys(classes) -> set[str]:
     """Fields where "none" / "null" text means None: those whose default is None. Elsewhere it stays
     text ("report_to: none" is HF's word for no reporting)."""
-    from dataclasses import MISSING
-
-    return {f.name for cls in CONFIG_CLASSES for f in fields(cls) if f.default is None and f.default_factory is MISSING}
+    return {f.name for cls in classes for f in fields(cls) if f.default is None and f.default_factory is MISSING}
 
 
-def _field_types() -> dict:
+def _field_types(classes) -> dict:
     hints = {}
-    for cls in CONFIG_CLASSES:
+    for cls in classes:
         hints.update(typing.get_type_hints(cls))
     return hints
 
 
-def _coerce(key: str, value, hint, from_cli: bool = False):
+def _coerce(key: str, value, hint, from_cli: bool = False, none_keys: set[str] = frozenset()):
     """`value` (YAML-typed, or a raw string from the command line) as the field's type; ConfigError names
-    the key when it does not fit. Other types (enums, dicts) are parsed as YAML when they come from the
-    command line and left to HfArgumentParser otherwise."""
+    the key when it does not fit. "none" text is None for `none_keys`. Other types (enums, dicts) are
+    parsed as YAML when they come from the command line and left to HfArgumentParser otherwise."""
     args = typing.get_args(hint)
     optional = type(None) in args
     bases = [a for a in args if a is not type(None)] if args and typing.get_origin(hint) is not list else [hint]
     if value is None or (optional and isinstance(value, str) and value.strip().lower() in _NONE
-                         and key in _text_none_keys()):
+                         and key in none_keys):
         if optional:
             return None
         raise ConfigError(f"{key}: a value is required")
@@ -225,28 +281,37 @@ def uses_deepspeed(path, overrides: dict) -> bool:
     return isinstance(values, dict) and bool(values.get("deepspeed"))
 
 
-def load_config(path: str | Path | None, overrides: dict | None = None):
-    """(ModelArguments, DataArguments, LossArguments, VLMTrainingArguments) from YAML + overrides."""
-    values: dict = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such config file")
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: a config is a mapping of keys to values")
-    overrides = overrides or {}
-    values.update(overrides)
-    where = f" in {path}" if path is not None else ""
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: a config is a mapping of keys to values")
+    return values
+
+
+def _check_keys(file_values: dict, overrides: dict, path) -> None:
     known = _known_keys()
-    for key in values:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
+    for key in [*file_values, *overrides]:
+        if key in known:
+            continue
+        where = " on the command line" if key in overrides else f" in {path}"
+        if isinstance(key, str) and key.replace("-", "_") in known:
+            hint = f" (config keys are spelt with underscores: {key.replace('-', '_')!r})"
+        else:
+            close = difflib.get_close_matches(str(key), known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown config key {key!r}{where}{hint}")
+        raise ConfigError(f"unknown config key {key!r}{where}{hint}")
+
+
+def _check(path, overrides: dict):
+    """((ModelArguments, DataArguments, LossArguments), the TrainingArguments values as given)."""
+    values = _read_yaml(Path(path)) if path is not None else {}
+    _check_keys(values, overrides, path)
+    values.update(overrides)
     if isinstance(values.get("mixture"), list):
         values["mixture"] = json.dumps(values["mixture"])
     for key in ("reader_options", "synthesize_options"):  # mappings travel as JSON text
@@ -260,15 +325,67 @@ def load_config(path: str | Path | None, overrides: dict | None = None):
             if not isinstance(value, dict):
                 raise ConfigError(f"{key}: expected a mapping such as {{key: value}}, got {values[key]!r}")
             values[key] = json.dumps(value)
-    types = _field_types()
-    values = {key: _coerce(key, value, types[key], from_cli=key in overrides) for key, value in values.items()}
+    types, none_keys = _field_types(OWN_CLASSES), _text_none_keys(OWN_CLASSES)
+    own = []
+    for cls in OWN_CLASSES:
+        names = _init_fields([cls])
+        own.append(cls(**{key: _coerce(key, values.pop(key), types[key], from_cli=key in overrides,
+                                       none_keys=none_keys) for key in list(values) if key in names}))
+    validate(*own)
+    return tuple(own), values
+
+
+def check_config(path: str | Path | None, overrides: dict | None = None):
+    """(ModelArguments, DataArguments, LossArguments) from YAML + overrides, every key checked, without
+    importing transformers; the TrainingArguments values are checked by `load_config`."""
+    return _check(path, overrides or {})[0]
+
+
+def load_config(path: str | Path | None, overrides: dict | None = None):
+    """(ModelArguments, DataArguments, LossArguments, VLMTrainingArguments) from YAML + overrides."""
+    overrides = overrides or {}
+    own, values = _check(path, overrides)
+    from transformers import HfArgumentParser
+
+    cls = _vlm_training_arguments()
+    types, none_keys = _field_types([cls]), _text_none_keys([cls])
+    values = {key: _coerce(key, value, types[key], from_cli=key in overrides, none_keys=none_keys)
+              for key, value in values.items()}
     values.setdefault("output_dir", "outputs/run")
+    where = f" in {path}" if path is not None else ""
     try:
-        model_args, data_args, loss_args, train_args = HfArgumentParser(CONFIG_CLASSES).parse_dict(values)
+        (train_args,) = HfArgumentParser((cls,)).parse_dict(values)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"bad config value{where}: {e}") from e
-    validate(model_args, data_args, loss_args)
-    return model_args, data_args, loss_args, train_args
+    return (*own, train_args)
+
+
+def train_command_line(argv: list[str]) -> tuple[str | None, dict, bool]:
+    """`[CONFIG.yaml] [--key value ...] [--overwrite]` -> (config path or None, overrides, overwrite)."""
+    path, rest = (None, argv) if not argv or argv[0].startswith("--") else (argv[0], argv[1:])
+    overrides = parse_overrides(rest)
+    overwrite = _coerce("--overwrite", overrides.pop("overwrite", False), bool)
+    return path, overrides, overwrite
+
+
+def train_help() -> str:
+    """`vlm-smmd train --help`: the command line and every key of our dataclasses."""
+    lines = ["usage: vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite]", "",
+             "A config is a flat YAML mapping; any key can be overridden on the command line as --key value",
+             "(or --key=value; --key-name works too; a bare --flag means true). Keys are spelt with underscores.",
+             "--overwrite: train into an output_dir that already holds a trained model (config.json, weights,",
+             "trainer_state.json or checkpoint-*; they are removed first); without it such a folder is refused",
+             "unless resume_from_checkpoint is set.", ""]
+    for cls in OWN_CLASSES:
+        lines.append(f"{cls.__name__}:")
+        for f in fields(cls):
+            default = f.default if f.default is not MISSING else f.default_factory()
+            text = f.metadata.get("help", "")
+            lines.append(f"  {f.name:<26} default {default!r}  {text}".rstrip())
+        lines.append("")
+    lines.append("plus every HF TrainingArguments key (learning_rate, per_device_train_batch_size, max_steps, "
+                 "deepspeed, bf16, use_cpu, ...).")
+    return "\n".join(lines)
 
 
 def validate(model_args: ModelArguments, data_args: DataArguments, loss_args: LossArguments) -> None:

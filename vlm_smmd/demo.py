@@ -6,7 +6,6 @@ evaluates it on the held-out clocks, and writes the per-digit report with its pl
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -65,16 +64,38 @@ def run_demo(out: Path, *, config: Path = DEFAULT_CONFIG, num: int | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vlm-smmd demo", description=__doc__.splitlines()[0])
+    from .cli import TRAINED_MODEL, Parser, existing, fail, input_error, no_empty_folder, usage_error
+
+    parser = Parser(prog="vlm-smmd demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="folder for everything (%(default)s)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="training config (%(default)s)")
     parser.add_argument("--num", type=int, help="clocks to render (default: the config's synthesize_num)")
     parser.add_argument("--steps", type=int, help="training steps (default: the config's max_steps)")
     parser.add_argument("--eval-limit", type=int, default=64, help="held-out clocks to evaluate (%(default)s)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the model, predictions and report of an earlier demo in --out (its "
+                             "clocks are reused when rendered with the same settings)")
     args = parser.parse_args(argv)
     if not args.config.is_file():
         parser.error(f"{args.config}: config not found (run from a source checkout, or pass --config)")
-    run_demo(args.out, config=args.config, num=args.num, steps=args.steps, eval_limit=args.eval_limit)
+    for flag in ("num", "steps", "eval_limit"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    earlier = [f"{part}/{name}" for part, patterns in (("model", TRAINED_MODEL),
+                                                     ("eval", ("predictions.jsonl", "metrics.json")),
+                                                     ("report", ("report.md",)))
+               for name in existing(args.out / part, patterns)]
+    if earlier and not args.overwrite:
+        return usage_error("demo", f"--out {args.out} holds an earlier demo ({', '.join(earlier[:4])}"
+                           f"{', ...' if len(earlier) > 4 else ''}); pass --overwrite to replace it, or choose "
+                           "another --out")
+    try:
+        with no_empty_folder(args.out):
+            run_demo(args.out, config=args.config, num=args.num, steps=args.steps, eval_limit=args.eval_limit)
+    except Exception as e:
+        if not input_error(e):
+            raise
+        return fail("demo", e)
     return 0
 
 

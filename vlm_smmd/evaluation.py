@@ -543,7 +543,9 @@ def _spec_arg(text: str) -> DataSpec:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    from vlm_smmd.cli import Parser, existing, fail, input_error, no_empty_folder, usage_error
+
+    parser = Parser(
         prog="vlm-smmd eval",
         description="Generate answers greedily for datasets and score them; writes predictions.jsonl and "
                     "metrics.json.")
@@ -551,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, action="append", type=_spec_arg, metavar="NAME:PATH",
                         help=f"dataset to evaluate, NAME one of {', '.join(SOURCES)}; repeat for several")
     parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the predictions.jsonl and metrics.json that --out already holds")
     parser.add_argument("--split", default="test", help="split to read (default %(default)s)")
     parser.add_argument("--limit", type=int, help="evaluate the first N samples of each dataset")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -569,16 +573,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--limit must be >= 1, got {args.limit}")
     if args.batch_size < 1 or args.max_new_tokens < 1:
         parser.error("--batch-size and --max-new-tokens must be >= 1")
+    earlier = existing(args.out, ("predictions.jsonl", "metrics.json"))
+    if earlier and not args.overwrite:
+        return usage_error("eval", f"--out {args.out} already holds {', '.join(earlier)}; pass --overwrite to "
+                           "replace them, or choose another --out")
 
     try:
-        metrics = evaluate_model(
-            args.model, args.data, args.out, split=args.split, limit=args.limit, batch_size=args.batch_size,
-            max_new_tokens=args.max_new_tokens, system_prompt=args.system_prompt, instruction=args.instruction,
-            min_pixels=args.min_pixels, max_pixels=args.max_pixels, on_error=args.on_error, device=args.device,
-            dtype=args.dtype)
-    except (OSError, ValueError, DataError) as e:
-        print(f"vlm-smmd eval: error: {e}", file=sys.stderr)
-        return 1
+        with no_empty_folder(args.out):
+            from vlm_smmd.modeling import resolve_family
+
+            resolve_family(args.model)  # a bad name or path fails before the data is read
+            metrics = evaluate_model(
+                args.model, args.data, args.out, split=args.split, limit=args.limit, batch_size=args.batch_size,
+                max_new_tokens=args.max_new_tokens, system_prompt=args.system_prompt,
+                instruction=args.instruction, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+                on_error=args.on_error, device=args.device, dtype=args.dtype)
+    except Exception as e:
+        if not input_error(e):
+            raise
+        return fail("eval", e)
     print(format_metrics_table(metrics))
     for name, counts in metrics["skipped"].items():
         if counts["read"] or counts["generate"]:

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import Subset
 from transformers import Trainer, set_seed
 
-from .config import ConfigError, aux_options, load_config, parse_overrides, uses_deepspeed
+from .config import ConfigError, aux_options, load_config, train_command_line, train_help, uses_deepspeed
 from .losses.objective import NumericObjective, answer_positions
 
 
@@ -442,39 +442,50 @@ def save_final(trainer: Trainer, processor, *, merge_lora: bool, run_config: dic
             (Path(out) / "run_config.json").write_text(json.dumps(run_config, indent=1) + "\n")
 
 
-def config_help() -> str:
-    from dataclasses import MISSING, fields
-
-    from .config import CONFIG_CLASSES
-
-    lines = ["usage: vlm-smmd train CONFIG.yaml [--key value ...]", "",
-             "A config is a flat YAML mapping; any key can be overridden on the command line.", ""]
-    for cls in CONFIG_CLASSES[:3]:
-        lines.append(f"{cls.__name__}:")
-        for f in fields(cls):
-            default = f.default if f.default is not MISSING else f.default_factory()
-            text = f.metadata.get("help", "")
-            lines.append(f"  {f.name:<22} default {default!r}  {text}")
-        lines.append("")
-    lines.append("plus every HF TrainingArguments key (learning_rate, per_device_train_batch_size, max_steps, "
-                 "deepspeed, bf16, use_cpu, ...).")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
+    """`vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite]`; exit status 0, 1 (bad input met while
+    running: one line naming the file and record) or 2 (usage: bad key or value, an output_dir it would
+    overwrite)."""
+    import os
+    import shutil
+
+    from .cli import TRAINED_MODEL, existing, fail, input_error, no_empty_folder, usage_error, wants_help
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(config_help())
+    if wants_help(argv):
+        print(train_help())
         return 0
-    config_path, rest = (None, argv) if argv[0].startswith("--") else (argv[0], argv[1:])
     try:
-        overrides = parse_overrides(rest)
+        config_path, overrides, overwrite = train_command_line(argv)
         if uses_deepspeed(config_path, overrides):
             ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
         configs = load_config(config_path, overrides)
     except ConfigError as e:
-        print(f"vlm-smmd train: {e}", file=sys.stderr)
-        return 2
-    metrics = run(*configs)
+        return usage_error("train", e)
+    model_args, _, _, train_args = configs
+    out = Path(train_args.output_dir)
+    earlier = existing(out, TRAINED_MODEL)
+    if earlier and not overwrite and not train_args.resume_from_checkpoint:
+        return usage_error("train", f"output_dir {out} already holds a trained model ({', '.join(earlier)}); pass "
+                           "--overwrite to replace it, set resume_from_checkpoint to continue it, or choose "
+                           "another output_dir")
+    try:
+        with no_empty_folder(out):
+            from .modeling import SCRATCH, resolve_family
+
+            if model_args.model_name_or_path != SCRATCH:  # a bad name or path fails before the data is read
+                resolve_family(model_args.model_name_or_path)
+            if earlier and overwrite and not train_args.resume_from_checkpoint and os.environ.get("RANK", "0") == "0":
+                for path in (out / name for name in earlier):
+                    if path.is_dir():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
+                print(f"--overwrite: removed the earlier run's {', '.join(earlier)} from {out}")
+            metrics = run(*configs)
+    except Exception as e:
+        if not input_error(e):
+            raise
+        return fail("train", e)
     print(json.dumps({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, indent=1))
     return 0
