@@ -50,6 +50,22 @@ class NumericTrainer(Trainer):
         """Samples the collator left out under on_error="skip" on this rank (reading it syncs)."""
         return int(self._skipped)
 
+    # Checkpoint weights with every key checked (`load_checkpoint_weights`). The stock loader reads the
+    # file with load_state_dict(strict=False) and no key conversion: for families whose checkpoints keep
+    # the original key names (Qwen2-VL, Qwen2.5-VL, Mllama) no weight but lm_head was restored, with only a
+    # warning (transformers issue 43701).
+    # DeepSpeed and FSDP load through their own engines (with the module's own key names): left as they are.
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        if model is not None or self.is_deepspeed_enabled or self.is_fsdp_enabled:
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)
+        load_checkpoint_weights(self.model, resume_from_checkpoint)
+
+    def _load_best_model(self) -> None:  # load_best_model_at_end: the same loader, the same bug
+        # (a node without the folder, multi-node without save_on_each_node: the Trainer's warning, as before)
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled or not Path(self.state.best_model_checkpoint).is_dir():
+            return super()._load_best_model()
+        load_checkpoint_weights(self.model, self.state.best_model_checkpoint)
+
     # group_by_length on the token lengths the preflight measured (HF would look for input_ids in items)
     def _get_train_sampler(self, train_dataset=None):
         dataset = train_dataset if train_dataset is not None else self.train_dataset
@@ -256,6 +272,63 @@ def build_datasets(data_args):
     if data_args.eval_split:
         evaluation = _limit(read_split(data_args, data_args.eval_split), data_args.max_eval_samples)
     return train, evaluation
+
+
+# ---------------------------------------------------------------- checkpoints
+
+MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: missing, incomplete, or holding weights that do not fit the model."""
+
+
+def _is_peft_model(model) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def _key_summary(problems: dict[str, list]) -> str:
+    return "; ".join(f"{len(keys)} {kind.replace('_', ' ')} (e.g. {sorted(map(str, keys))[0]})"
+                     for kind, keys in problems.items() if keys)
+
+
+def load_checkpoint_weights(model, checkpoint) -> None:
+    """Load the weights of a Trainer checkpoint into `model` in place, every key checked.
+
+    A full model: its class's `from_pretrained` reads the checkpoint, mapping saved key names onto the
+    module's (Qwen2.5-VL and Qwen2-VL save model.layers.*, the module has model.language_model.layers.*;
+    Mllama likewise), and the result goes in with load_state_dict(strict=True). A peft model: its adapter
+    through `load_adapter`, refusing missing or unexpected adapter keys. Anything that does not fit is a
+    CheckpointError, never a warning."""
+    folder = Path(checkpoint)
+    if _is_peft_model(model):
+        if not any((folder / name).is_file() for name in ADAPTER_WEIGHTS):
+            raise CheckpointError(f"{folder}: no adapter weights ({' or '.join(ADAPTER_WEIGHTS)}) for this LoRA "
+                                  "model")
+        adapter = model.active_adapters[0]  # our runs train one adapter
+        result = model.load_adapter(str(folder), adapter, is_trainable=True)
+        problems = {"missing_keys": result.missing_keys, "unexpected_keys": result.unexpected_keys}
+        if any(problems.values()):
+            raise CheckpointError(f"{folder}: its adapter does not fit the model ({_key_summary(problems)})")
+        return
+    if not any((folder / name).is_file() for name in MODEL_WEIGHTS):
+        raise CheckpointError(f"{folder}: no model weights ({' or '.join(MODEL_WEIGHTS)})")
+    try:
+        loaded, info = type(model).from_pretrained(str(folder), dtype=model.dtype, output_loading_info=True)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(f"{folder}: could not read its weights as a {type(model).__name__} ({e})") from None
+    if any(info.values()):
+        raise CheckpointError(f"{folder}: its weights do not fit the model ({_key_summary(info)})")
+    try:
+        model.load_state_dict(loaded.state_dict(), strict=True)
+    except RuntimeError as e:
+        raise CheckpointError(f"{folder}: its weights do not fit the model ({str(e).splitlines()[0]})") from None
 
 
 # ---------------------------------------------------------------- run
