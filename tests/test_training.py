@@ -1,5 +1,7 @@
 """The trainer's loss against a hand computation; training runs in-process on in-memory samples."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -311,3 +313,45 @@ def test_checkpoint_whose_keys_do_not_fit_is_an_error(tmp_path, lora, change):
     save_file(tensors, file, metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="missing" if change == "drop" else "unexpected"):
         trainer._load_from_checkpoint(str(folder))
+
+
+def test_resume_takes_the_newest_complete_checkpoint(tmp_path, capsys):
+    import json
+
+    from vlm_smmd.training import CheckpointError, resume_checkpoint
+
+    def checkpoint(step, *files, state=True):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        for name in files:
+            (folder / name).write_bytes(b"x")
+        if state is not None:
+            (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}) if state else '{"global_st')
+        return str(folder)
+
+    with pytest.raises(CheckpointError, match="no checkpoint-N folder"):
+        resume_checkpoint(tmp_path, True)
+    assert resume_checkpoint(tmp_path, None) is None and resume_checkpoint(tmp_path, False) is None
+    complete = checkpoint(3, "model.safetensors", "optimizer.pt")
+    killed_mid_save = checkpoint(6, "model.safetensors", "optimizer.pt", state=None)  # trainer_state.json comes last
+    killed_writing_state = checkpoint(9, "model.safetensors", "optimizer.pt", state=False)
+    checkpoint(12, "optimizer.pt")  # a state but no weights
+    (tmp_path / "checkpoint-15.tmp").mkdir()  # not a checkpoint-N folder
+    for wanted in (True, "true"):
+        assert resume_checkpoint(tmp_path, wanted) == complete
+        printed = capsys.readouterr().out.strip().splitlines()
+        assert len(printed) == 1  # one line names every incomplete one passed over
+        for name in ("checkpoint-6 (no trainer_state.json)", "checkpoint-9 (trainer_state.json does not parse)",
+                     "checkpoint-12 (no weights)", "resuming from checkpoint-3", "overwritten"):
+            assert name in printed[0]
+    assert resume_checkpoint(tmp_path, True, announce=False) == complete and not capsys.readouterr().out
+    assert resume_checkpoint(tmp_path, complete) == complete
+    for path in (killed_mid_save, killed_writing_state):
+        with pytest.raises(CheckpointError, match="incomplete checkpoint") as error:
+            resume_checkpoint(tmp_path, path)
+        assert "\n" not in str(error.value)
+    with pytest.raises(CheckpointError, match="is not a folder"):
+        resume_checkpoint(tmp_path, tmp_path / "checkpoint-99")
+    Path(complete, "trainer_state.json").unlink()
+    with pytest.raises(CheckpointError, match="no complete checkpoint in .*checkpoint-12 .*checkpoint-3"):
+        resume_checkpoint(tmp_path, True)

@@ -276,13 +276,70 @@ def build_datasets(data_args):
 
 # ---------------------------------------------------------------- checkpoints
 
+TRAINER_STATE = "trainer_state.json"
 MODEL_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+DEEPSPEED_TAG = "latest"  # DeepSpeed's own checkpoint (its ZeRO shards in global_stepN/)
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed: missing, incomplete, or holding weights that do not fit the model."""
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why `folder` is not a complete Trainer checkpoint, or None when it is one. The Trainer writes
+    trainer_state.json last (after weights, optimizer, scheduler, RNG states), so a save killed halfway
+    leaves it missing or partly written."""
+    try:
+        json.loads((folder / TRAINER_STATE).read_text())
+    except FileNotFoundError:
+        return f"no {TRAINER_STATE}"
+    except (OSError, ValueError):
+        return f"{TRAINER_STATE} does not parse"
+    if not any((folder / name).is_file() for name in (*MODEL_WEIGHTS, *ADAPTER_WEIGHTS, DEEPSPEED_TAG)):
+        return "no weights"
+    return None
+
+
+def resume_checkpoint(output_dir, wanted, *, announce: bool = True) -> str | None:
+    """The checkpoint folder `resume_from_checkpoint` (`wanted`) names, or None for a fresh start.
+
+    True / "true": the newest complete checkpoint-N in output_dir; newer incomplete ones (a save that was
+    killed) are named in one printed line (when `announce`) and left in place: the run overwrites such a
+    folder when it saves that step again. A path must be a complete checkpoint. Anything else is a
+    CheckpointError in one line."""
+    if wanted is None or wanted is False or str(wanted).lower() in ("", "false"):
+        return None
+    if wanted is True or str(wanted).lower() == "true":
+        out = Path(output_dir)
+        steps = {int(p.name.removeprefix("checkpoint-")): p for p in (out.iterdir() if out.is_dir() else ())
+                 if p.is_dir() and p.name.startswith("checkpoint-") and p.name.removeprefix("checkpoint-").isdigit()}
+        passed = []
+        for step in sorted(steps, reverse=True):
+            problem = checkpoint_problem(steps[step])
+            if problem is None:
+                if passed and announce:
+                    names = ", ".join(f"{p.name} ({why})" for p, why in passed)
+                    it = "it is" if len(passed) == 1 else "they are"
+                    print(f"resume_from_checkpoint: passing over the incomplete {names} in {out} (a save that "
+                          f"was interrupted) and resuming from {steps[step].name}; {it} left in place and "
+                          "overwritten when this run saves that step again")
+                return str(steps[step])
+            passed.append((steps[step], problem))
+        if not passed:
+            raise CheckpointError(f"resume_from_checkpoint: no checkpoint-N folder in {out} to resume from")
+        names = ", ".join(f"{p.name} ({why})" for p, why in passed)
+        raise CheckpointError(f"resume_from_checkpoint: no complete checkpoint in {out}: {names}")
+    folder = Path(wanted)
+    if not folder.is_dir():
+        raise CheckpointError(f"resume_from_checkpoint: {folder} is not a folder")
+    problem = checkpoint_problem(folder)
+    if problem is not None:
+        raise CheckpointError(f"resume_from_checkpoint: {folder} is an incomplete checkpoint ({problem}; its save "
+                              "was interrupted); name a complete one, or set resume_from_checkpoint: true to take "
+                              "the newest complete checkpoint")
+    return str(folder)
 
 
 def _is_peft_model(model) -> bool:
@@ -419,8 +476,9 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
 
     set_seed(train_args.seed)
     connect_deepspeed_comm(train_args)  # before the model exists: ZeRO-3 partitions it at construction
-    if train_args.resume_from_checkpoint is True or train_args.resume_from_checkpoint == "true":
-        train_args.resume_from_checkpoint = True
+    # before the data and the model: a checkpoint that cannot be resumed is a one-line error at once
+    train_args.resume_from_checkpoint = resume_checkpoint(train_args.output_dir, train_args.resume_from_checkpoint,
+                                                          announce=train_args.process_index == 0)
     train_dataset, eval_dataset = build_datasets(data_args)
     scratch_config = None
     if model_args.model_name_or_path == SCRATCH:
@@ -455,7 +513,7 @@ def run(model_args, data_args, loss_args, train_args) -> dict:
         data_collator=collator, processing_class=processor,
         objective=build_objective(loss_args, collator.numeric_vocab),
     )
-    result = trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint or None)
+    result = trainer.train(resume_from_checkpoint=train_args.resume_from_checkpoint)
     metrics = dict(result.metrics)
     if eval_dataset is not None:  # before saving: merging LoRA changes the live model
         metrics.update(trainer.evaluate())
