@@ -1,0 +1,218 @@
+"""Fault tests: `vlm-smmd train` in real processes killed with SIGKILL, then resumed.
+
+One uninterrupted run (8 steps of 2 samples over 8 records, so two epochs; checkpoints at steps 3, 6 and
+8) is the reference. The same run killed at a chosen moment and resumed with `resume_from_checkpoint`
+must end on the reference's weights (same seed, same data order; on CPU the resumed run is bit-exact).
+
+How the kill lands during a save: the test watches the output folder and kills as soon as
+`checkpoint-6/optimizer.pt` appears. The Trainer writes a checkpoint in place, in the order config and
+weights, processor files, optimizer.pt (here 158 MB, about half a second), scheduler.pt, rng_state.pth
+and last trainer_state.json, so the kill lands with the weights complete, the optimizer state half
+written and no trainer_state.json: the most misleading half-written checkpoint (its weights load). The
+test checks afterwards that the folder really is incomplete. A hook inside the run would be exact but
+is no part of the product, and a larger model would only make the run slower.
+
+Last, a run in skip mode with a corrupt image and batches of one record finishes and reports that one
+record, once.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from data_synth.writer import write_clock_dataset
+
+REPO = Path(__file__).resolve().parent.parent
+STEPS, SAVE_STEPS = 8, 3
+
+@pytest.fixture(scope="module")
+def clock_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fault_clocks") / "data"
+    write_clock_dataset(root, num=16, seed=0, size=64, splits="train=0.5,test=0.5", progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory, clock_root):
+    settings = {
+        "model_name_or_path": "tiny", "dataset": "clocks", "data_root": str(clock_root), "max_pixels": 112 * 112,
+        "aux": "smmd", "aux_lambda": 0.5, "use_cpu": True, "seed": 0, "max_steps": STEPS,
+        "per_device_train_batch_size": 2, "learning_rate": 0.005, "logging_steps": 1, "save_strategy": "steps",
+        "save_steps": SAVE_STEPS, "disable_tqdm": True, "dataloader_num_workers": 0,
+    }
+    path = tmp_path_factory.mktemp("fault_config") / "run.yaml"
+    path.write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
+    return path
+
+
+def child_env(cache: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", XDG_CACHE_HOME=str(cache))  # the preflight cache stays in the test's folder
+    return env
+
+
+def train_args(config, out, *overrides):
+    return [sys.executable, "-m", "vlm_smmd.cli", "train", str(config), "--output_dir", str(out), *overrides]
+
+
+def train(config, out, *overrides, timeout=120):
+    proc = subprocess.run(train_args(config, out, *overrides), cwd=REPO, env=child_env(out.parent / "cache"),
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+def train_and_kill(config, out, ready, timeout=90):
+    """Start a run and SIGKILL it the moment `ready()` holds (polled every 2 ms). Harness problems are
+    RuntimeErrors, so they are never taken for product failures (AssertionErrors)."""
+    log = (out.parent / f"{out.name}.log").open("w")
+    proc = subprocess.Popen(train_args(config, out), cwd=REPO, env=child_env(out.parent / "cache"),
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            if proc.poll() is not None:
+                raise RuntimeError(f"the run ended (exit {proc.returncode}) before it could be killed; see {log.name}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the run did not reach the kill point in {timeout} s")
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        log.close()
+    if proc.returncode != -signal.SIGKILL:
+        raise RuntimeError(f"the run was not killed by SIGKILL (exit {proc.returncode})")
+
+
+def trainer_state(checkpoint: Path) -> dict | None:
+    """The checkpoint's trainer_state.json, or None while it is missing or partly written."""
+    try:
+        return json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def assert_same_weights(a: dict, b: dict, atol=1e-6):
+    assert a.keys() == b.keys() and len(a) > 10
+    worst = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+    assert worst <= atol, f"weights differ by up to {worst:.3g}"
+
+
+def logged_steps(out: Path) -> list[int]:
+    return [h["step"] for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "loss" in h]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, config):
+    out = tmp_path_factory.mktemp("fault_reference") / "out"
+    train(config, out)
+    assert logged_steps(out) == list(range(1, STEPS + 1))
+    yield out
+    shutil.rmtree(out.parent, ignore_errors=True)  # about 1 GB of checkpoints
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_kill_after_second_checkpoint_then_resume_ends_on_the_uninterrupted_weights(config, reference, run_dir):
+    out = run_dir / "out"
+    second = out / f"checkpoint-{2 * SAVE_STEPS}"
+    # killed once the second checkpoint is complete (its trainer_state.json, written last, parses)
+    train_and_kill(config, out, lambda: (trainer_state(second) or {}).get("global_step") == 2 * SAVE_STEPS)
+    assert not (out / "model.safetensors").exists()  # the run never reached its end
+    assert not (out / f"checkpoint-{STEPS}").exists()
+    train(config, out, "--resume_from_checkpoint", "true")
+    assert logged_steps(out) == list(range(1, STEPS + 1))  # 1-6 kept from the checkpoint's state, 7-8 resumed
+    assert_same_weights(weights(out), weights(reference))
+
+
+@pytest.fixture(scope="module")
+def killed_during_save(tmp_path_factory, config):
+    """A run killed while it writes its second checkpoint: (output dir, the complete checkpoint, the
+    incomplete one). Shared: the next two tests only read it, the third resumes it."""
+    out = tmp_path_factory.mktemp("fault_killed_during_save") / "out"
+    previous, newest = out / f"checkpoint-{SAVE_STEPS}", out / f"checkpoint-{2 * SAVE_STEPS}"
+    train_and_kill(config, out, lambda: (newest / "optimizer.pt").exists())
+    if trainer_state(newest) is not None:
+        raise RuntimeError(f"the kill landed after {newest.name} was complete: no half-written checkpoint to test")
+    yield out, previous, newest
+    shutil.rmtree(out.parent, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_kill_during_save_leaves_the_previous_checkpoint_whole(killed_during_save, reference):
+    from vlm_smmd.modeling import load_model_and_processor
+
+    out, previous, newest = killed_during_save
+    assert not (newest / "scheduler.pt").exists()  # killed mid-save: the files after optimizer.pt are missing
+    assert trainer_state(previous)["global_step"] == SAVE_STEPS
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        assert (previous / name).is_file(), name
+    assert_same_weights(weights(previous), weights(reference / previous.name), atol=0.0)
+    model, _ = load_model_and_processor(str(previous), verbose=False)  # loads like any saved model
+    saved = weights(previous)["model.layers.0.mlp.up_proj.weight"]  # checkpoints keep Qwen2.5-VL's key names
+    assert torch.equal(model.model.language_model.layers[0].mlp.up_proj.weight.detach(), saved)
+
+
+@pytest.mark.slow
+def test_resume_from_the_half_written_checkpoint_by_name_is_a_one_line_error(killed_during_save, config):
+    out, _, newest = killed_during_save
+    before = sorted(p.name for p in newest.iterdir())
+    proc = subprocess.run(train_args(config, out, "--resume_from_checkpoint", str(newest)), cwd=REPO,
+                          env=child_env(out.parent / "cache"), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-4000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("vlm-smmd train: error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr
+    assert f"{newest} is an incomplete checkpoint (no trainer_state.json" in errors[0]
+    assert sorted(p.name for p in newest.iterdir()) == before  # refused, not touched
+
+
+@pytest.mark.slow
+def test_kill_during_save_then_resume_continues_from_the_previous_checkpoint(killed_during_save, config, reference):
+    out, previous, newest = killed_during_save
+    printed = train(config, out, "--resume_from_checkpoint", "true").stdout
+    passed_over = [line for line in printed.splitlines() if newest.name in line]  # named once, not deleted
+    assert len(passed_over) == 1 and "incomplete" in passed_over[0] and f"from {previous.name}" in passed_over[0]
+    assert logged_steps(out) == list(range(1, STEPS + 1))  # 1-3 from checkpoint-3, 4-8 after resuming
+    assert trainer_state(newest)["global_step"] == 2 * SAVE_STEPS  # the half-written folder was saved again, whole
+    assert_same_weights(weights(newest), weights(reference / newest.name))
+    assert_same_weights(weights(out), weights(reference))
+
+
+@pytest.mark.slow
+def test_corrupt_image_with_batches_of_one_is_skipped_once(tmp_path_factory, clock_root, config, run_dir):
+    """Skip mode with per_device_train_batch_size 1: the corrupt image is dropped before training (the
+    preflight), so no batch is left empty; over two epochs of the 7 usable records it is counted once."""
+    data = tmp_path_factory.mktemp("fault_corrupt") / "data"
+    shutil.copytree(clock_root, data)
+    rows = [json.loads(line) for line in (data / "train" / "metadata.jsonl").read_text().splitlines()]
+    image = data / "train" / rows[3]["file_name"]
+    image.write_bytes(image.read_bytes()[:200])  # a truncated download: the PNG header is there, the pixels are not
+    out = run_dir / "out"
+    printed = train(config, out, "--data_root", str(data), "--on_error", "skip", "--per_device_train_batch_size", "1",
+                    "--max_steps", "10", "--save_strategy", "no").stdout
+    preflight = [line for line in printed.splitlines() if line.startswith("preflight train:")]
+    assert len(preflight) == 1 and "8 records checked, 1 skipped" in preflight[0] and image.name in preflight[0]
+    assert json.loads((out / "all_results.json").read_text())["skipped_samples"] == 1
+    assert logged_steps(out) == list(range(1, 11))  # 10 steps of one record each: the 7 kept ones, then again
+    shutil.rmtree(data.parent, ignore_errors=True)
