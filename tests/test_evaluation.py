@@ -496,3 +496,18 @@ def test_eval_end_to_end_text_tasks(saved_tiny_model, text_eval_data, tmp_path, 
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [r["targets"] for r in records] == [["617"], ["1234"], ["1851"], ["2"]]
     assert [r["target"] for r in records] == ["617", "1234", "1851", "2"]
+
+
+def test_eval_asks_as_in_training_unless_told_otherwise(tmp_path):
+    from vlm_smmd.evaluation import training_prompts
+
+    model = tmp_path / "model"
+    model.mkdir()
+    assert training_prompts(model, None, None) == (None, None, "")  # no run_config.json: nothing taken
+    (model / "run_config.json").write_text(json.dumps({"instruction": "Answer in H:MM format.",
+                                                       "system_prompt": None}))
+    system, instruction, note = training_prompts(model, None, None)
+    assert (system, instruction) == (None, "Answer in H:MM format.") and "run_config.json" in note
+    assert training_prompts(model, None, "Say it.")[:2] == (None, "Say it.")  # given on the command line
+    assert training_prompts(model, "", "") == (None, None, "")  # '' means none
+    assert training_prompts("tiny", None, None) == (None, None, "")  # a preset has no run_config.json

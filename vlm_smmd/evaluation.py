@@ -542,6 +542,28 @@ def _spec_arg(text: str) -> DataSpec:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def training_prompts(model, system_prompt: str | None, instruction: str | None) -> tuple[str | None, str | None, str]:
+    """(system_prompt, instruction, note): each one not given is taken from the run_config.json that
+    `vlm-smmd train` saved beside the model, so a model is asked as it was trained; the note says what
+    was taken ("" when nothing). An empty string given on the command line means none."""
+    path = Path(model) / "run_config.json"
+    taken = []
+    if (system_prompt is None or instruction is None) and path.is_file():
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = {}
+        if system_prompt is None and config.get("system_prompt"):
+            system_prompt = config["system_prompt"]
+            taken.append(f"system prompt {system_prompt!r}")
+        if instruction is None and config.get("instruction"):
+            instruction = config["instruction"]
+            taken.append(f"instruction {instruction!r}")
+    note = f"asking as in training ({path}): {', '.join(taken)}; pass --instruction '' / --system-prompt '' for none" \
+        if taken else ""
+    return system_prompt or None, instruction or None, note
+
+
 def main(argv: list[str] | None = None) -> int:
     from vlm_smmd.cli import Parser, existing, fail, input_error, no_empty_folder, usage_error
 
@@ -559,8 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="evaluate the first N samples of each dataset")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--instruction", help="text appended to each question (as in training)")
-    parser.add_argument("--system-prompt", help="system turn (as in training)")
+    parser.add_argument("--instruction", help="text appended to each question (default: the training run's, "
+                        "from run_config.json beside the model)")
+    parser.add_argument("--system-prompt", help="system turn (default: the training run's, from run_config.json)")
     parser.add_argument("--min-pixels", type=int)
     parser.add_argument("--max-pixels", type=int)
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
@@ -583,10 +606,13 @@ def main(argv: list[str] | None = None) -> int:
             from vlm_smmd.modeling import resolve_family
 
             resolve_family(args.model)  # a bad name or path fails before the data is read
+            system_prompt, instruction, note = training_prompts(args.model, args.system_prompt, args.instruction)
+            if note:
+                print(note)
             metrics = evaluate_model(
                 args.model, args.data, args.out, split=args.split, limit=args.limit, batch_size=args.batch_size,
-                max_new_tokens=args.max_new_tokens, system_prompt=args.system_prompt,
-                instruction=args.instruction, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
+                max_new_tokens=args.max_new_tokens, system_prompt=system_prompt,
+                instruction=instruction, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
                 on_error=args.on_error, device=args.device, dtype=args.dtype)
     except Exception as e:
         if not input_error(e):
