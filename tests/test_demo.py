@@ -8,24 +8,57 @@ from pathlib import Path
 
 import pytest
 
-from vlm_smmd.demo import run_demo
+from vlm_smmd.demo import run_demo, summary
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
-def test_demo_end_to_end_small(tmp_path):
-    paths = run_demo(tmp_path / "demo", num=40, steps=3, eval_limit=4, max_new_tokens=4,
-                     overrides={"per_device_train_batch_size": 2, "logging_steps": 1})
-    records = [json.loads(line) for line in paths["predictions"].read_text().splitlines()]
-    assert len(records) == 4 and all(r["source"] == "clocks" for r in records)
-    metrics = json.loads(paths["metrics"].read_text())
-    assert metrics["sources"]["clocks"]["test"]["count"] == 4
-    report = paths["report"].read_text()
-    assert "tiny-smmd" in report
-    for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report):
-        assert (paths["report"].parent / image).is_file()
-    assert (paths["model"] / "config.json").is_file() and (paths["model"] / "tokenizer_config.json").is_file()
+def test_demo_end_to_end_small(tmp_path, capsys):
+    results = run_demo(tmp_path / "demo", settings=("bar", "clock"), num=40, steps=3, eval_limit=4, max_new_tokens=6,
+                       overrides={"per_device_train_batch_size": 2, "logging_steps": 1})
+    assert list(results) == ["bar", "clock"]
+    printed = capsys.readouterr().out
+    for name, source in (("bar", "chartqa"), ("clock", "clocks")):
+        paths = results[name]
+        records = [json.loads(line) for line in paths["predictions"].read_text().splitlines()]
+        assert 1 <= len(records) <= 4 and all(r["source"] == source for r in records)
+        metrics = json.loads(paths["metrics"].read_text())
+        assert metrics["sources"][source]["test"]["count"] == len(records)
+        report = paths["report"].read_text()
+        assert f"![training curve {name}]" in report  # the run's identity and curve, from the model folder
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report):
+            assert (paths["report"].parent / image).is_file()
+        assert (paths["model"] / "config.json").is_file() and (paths["model"] / "tokenizer_config.json").is_file()
+        run_config = json.loads((paths["model"] / "run_config.json").read_text())
+        assert run_config["model_name_or_path"] == "scratch" and run_config["max_steps"] == 3
+        assert f"{name}: {len(records)} held-out" in printed
+    assert printed.count("chance") >= 4
+
+
+def _records(predictions, targets, source):
+    return [{"id": i, "source": source, "question": "q", "targets": [t], "prediction": p}
+            for i, (p, t) in enumerate(zip(predictions, targets))]
+
+
+def test_summary_gives_chance_and_denominators_and_warns_on_collapse():
+    from vlm_smmd.analysis import analyze_records
+
+    targets = [f"{h}:{m:02d}" for h in range(1, 13) for m in (5, 40)]
+    collapsed = analyze_records(_records(["1:01"] * 20 + ["11:0"] * 4, targets, "clocks"))
+    lines = summary("clock", {"analysis": collapsed, "train_seconds": 1.0, "report": "r.md"})
+    assert lines[0].startswith("clock: 24 held-out clocks")
+    assert lines[1].startswith("  hour correct: 0.083, chance 0.04")  # chance: every target vs every other answer
+    gap = next(line for line in lines if "mean gap (min), answers holding a time" in line)
+    assert "(over 20 clock answers holding a time)" in gap  # "11:0" holds no time: the denominator says so
+    assert any("digits right per place" in line and "minute units" in line for line in lines)
+    assert "WARNING: the model mostly repeats itself" in lines[-2]
+
+    varied = analyze_records(_records([f"{v + 1}" for v in range(30)], [f"{v}" for v in range(30)], "chartqa"))
+    lines = summary("bar", {"analysis": varied, "train_seconds": 1.0, "report": "r.md"})
+    mae = next(line for line in lines if line.startswith("  mean absolute error"))
+    assert mae.startswith("  mean absolute error: 1.000") and "chance" in mae
+    assert not any("WARNING" in line for line in lines) and "30 distinct answers for 30 distinct targets" in lines[-2]
 
 
 def readme_commands():
