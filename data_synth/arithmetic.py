@@ -209,7 +209,9 @@ def _digits_arg(text: str) -> list[list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     """`data-synth arithmetic --num N --seed S --out DIR [options]`."""
-    p = argparse.ArgumentParser(
+    from .cli import Parser  # one-line usage errors, --x_y for --x-y
+
+    p = Parser(
         prog="data-synth arithmetic",
         description="Arithmetic problems with exact answers: OUT/{split}.jsonl (id, question, answer, operation, "
                     "operands, split) and OUT/generation.json.")

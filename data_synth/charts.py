@@ -516,7 +516,9 @@ def _names(allowed):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="data-synth charts",
+    from .cli import Parser  # one-line usage errors, --x_y for --x-y
+
+    p = Parser(prog="data-synth charts",
                                 description="Render charts with known values in the ChartQA / PlotQA / DVQA layout.")
     p.add_argument("--layout", required=True, choices=LAYOUTS)
     p.add_argument("--num", type=int, required=True, help="number of charts")

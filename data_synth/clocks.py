@@ -13,7 +13,6 @@ variant, distractor lines, noise offset) come from a second stream of the same s
 
 from __future__ import annotations
 
-import argparse
 import io
 import math
 import random
@@ -729,7 +728,9 @@ def make_gallery(num: int = 16, seed: int = 0, size: int = 192, cols: int | None
 
 def gallery_main(argv: list[str] | None = None) -> int:
     """`data-synth gallery --out FILE.png [--num N] [--seed S] [--size PX] [--cols C]`."""
-    p = argparse.ArgumentParser(prog="data-synth gallery", description="A labelled grid of varied clocks.")
+    from .cli import Parser  # one-line usage errors, --x_y for --x-y
+
+    p = Parser(prog="data-synth gallery", description="A labelled grid of varied clocks.")
     p.add_argument("--out", required=True, help="output PNG file")
     p.add_argument("--num", type=int, default=16, help="number of clocks (default 16)")
     p.add_argument("--seed", type=int, default=0)

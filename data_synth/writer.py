@@ -512,7 +512,9 @@ def _style_help() -> str:
 
 def clocks_main(argv: list[str] | None = None) -> int:
     """`data-synth clocks --num N --seed S --out DIR [options]`."""
-    p = argparse.ArgumentParser(
+    from .cli import Parser  # one-line usage errors, --x_y for --x-y
+
+    p = Parser(
         prog="data-synth clocks", epilog=_style_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Render an analog-clock dataset: a Hugging Face imagefolder per split (images + metadata.jsonl).")
     p.add_argument("--num", type=int, required=True, help="number of images (all splits)")

@@ -13,11 +13,12 @@ errors answer before torch or transformers is imported):
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from importlib import import_module
 from pathlib import Path
+
+from data_synth.cli import Parser  # noqa: F401  (one-line usage errors, --x_y for --x-y; data-synth's too)
 
 # name -> (module with a `main(argv)`, one-line help)
 COMMANDS = {
@@ -31,25 +32,6 @@ COMMANDS = {
 OUR_PACKAGES = ("vlm_smmd", "data_synth")
 FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 HUB_PACKAGES = ("transformers", "huggingface_hub")  # their OSErrors name an unusable checkpoint or hub id
-
-
-class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose usage errors are one line (exit status 2) and which takes every option also
-    spelt with underscores (--max_new_tokens for --max-new-tokens; --help shows the dash form)."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args([self._dashed(a) for a in args], namespace)
-
-    def _dashed(self, arg: str) -> str:
-        if not arg.startswith("--") or "_" not in arg:
-            return arg
-        name, eq, value = arg.partition("=")
-        dashed = "--" + name[2:].replace("_", "-")
-        return dashed + eq + value if dashed in self._option_string_actions else arg
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def one_line(error) -> str:

@@ -1,8 +1,8 @@
 """Run configuration: dataclasses for model, data and loss, plus the HF TrainingArguments.
 
 A config is one flat YAML mapping whose keys are fields of these dataclasses (HfArgumentParser style);
-`--key value` (or `--key-name value`) on the command line overrides a key. Unknown keys are errors that
-name the key and where it came from.
+`--key value` on the command line overrides a key; keys are taken spelt with dashes too (max-steps).
+Unknown keys are errors that name the key and where it came from.
 
 Importing transformers takes seconds, so keys and our own values are checked first (`check_config`):
 the TrainingArguments field names are read from transformers' source with `ast`, and
@@ -299,17 +299,25 @@ def _check_keys(file_values: dict, overrides: dict, path) -> None:
         if key in known:
             continue
         where = " on the command line" if key in overrides else f" in {path}"
-        if isinstance(key, str) and key.replace("-", "_") in known:
-            hint = f" (config keys are spelt with underscores: {key.replace('-', '_')!r})"
-        else:
-            close = difflib.get_close_matches(str(key), known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+        close = difflib.get_close_matches(str(key).replace("-", "_"), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"unknown config key {key!r}{where}{hint}")
+
+
+def _underscored(values: dict, path) -> dict:
+    """The YAML mapping with known keys spelt with dashes (max-steps) under their underscore names."""
+    known, out = _known_keys(), {}
+    for key, value in values.items():
+        name = key.replace("-", "_") if isinstance(key, str) and key.replace("-", "_") in known else key
+        if name in out:
+            raise ConfigError(f"config key {name!r} is given twice in {path} (spelt with dashes and with underscores)")
+        out[name] = value
+    return out
 
 
 def _check(path, overrides: dict):
     """((ModelArguments, DataArguments, LossArguments), the TrainingArguments values as given)."""
-    values = _read_yaml(Path(path)) if path is not None else {}
+    values = _underscored(_read_yaml(Path(path)), path) if path is not None else {}
     _check_keys(values, overrides, path)
     values.update(overrides)
     if isinstance(values.get("mixture"), list):
@@ -372,7 +380,7 @@ def train_help() -> str:
     """`vlm-smmd train --help`: the command line and every key of our dataclasses."""
     lines = ["usage: vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite]", "",
              "A config is a flat YAML mapping; any key can be overridden on the command line as --key value",
-             "(or --key=value; --key-name works too; a bare --flag means true). Keys are spelt with underscores.",
+             "(or --key=value; a bare --flag means true). Keys are spelt with underscores; dashes work too (--max-steps).",
              "--overwrite: train into an output_dir that already holds a trained model (config.json, weights,",
              "trainer_state.json or checkpoint-*; they are removed first); without it such a folder is refused",
              "unless resume_from_checkpoint is set.", ""]

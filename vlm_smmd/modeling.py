@@ -11,7 +11,9 @@ small enough to learn on two CPU cores does not spend its time on a 152k-token o
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import torch
 
@@ -58,6 +60,31 @@ def looks_like_path(name: str) -> bool:
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or name.endswith(("/", "\\"))
 
 
+def hub_offline() -> bool:
+    """Whether HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set to a true value: no hub request is made."""
+    return any(os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
+               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _cached_model_type(hub_id: str, table) -> str | None:
+    """model_type of a hub id from the local hub cache (offline mode: nothing else can be asked); a
+    ModelLoadError at once when the cache does not hold its config."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        config_file = try_to_load_from_cache(hub_id, "config.json")
+    except ValueError:  # not a valid repo id (HFValidationError)
+        config_file = None
+    if not isinstance(config_file, str):
+        raise ModelLoadError(f"{hub_id}: not a preset ({', '.join(table)}) or a model directory, and HF_HUB_OFFLINE "
+                             "is set, so no hub is reachable (nor does the local hub cache hold it)")
+    try:
+        config = json.loads(Path(config_file).read_text())
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{config_file}: not a readable config.json ({e})") from None
+    return config.get("model_type") if isinstance(config, dict) else None
+
+
 def resolve_family(name_or_path: str):
     """The family of a preset name, a local checkpoint folder or a hub id (ModelLoadError otherwise)."""
     table = presets()
@@ -67,6 +94,8 @@ def resolve_family(name_or_path: str):
     if model_type is None:
         if looks_like_path(name_or_path):
             raise ModelLoadError(f"{name_or_path}: no such model directory")
+        if hub_offline():
+            return family_for(_cached_model_type(name_or_path, table), where=name_or_path)
         from transformers import AutoConfig
 
         try:
