@@ -144,11 +144,13 @@ def test_train_data_errors_are_one_line_and_leave_no_output_folder(clocks, tmp_p
     assert not out.exists()
 
 
-def test_path_like_model_that_does_not_exist_fails_at_once(clocks, tmp_path, capsys):
+def test_path_like_model_that_does_not_exist_fails_at_once(clocks, tmp_path):
     out = tmp_path / "out"
     config = write_config(tmp_path / "run.yaml", clocks, out)
-    assert main(["train", str(config), "--model_name_or_path", "outputs/demo/modle"]) == 1
-    assert "outputs/demo/modle: no such model directory" in error_line(capsys.readouterr().err, "train")
+    proc = run_python(NOT_IMPORTED.format(argv=["train", str(config), "--model_name_or_path", "outputs/demo/modle"]))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == error_line(proc.stderr, "train")
+    assert "outputs/demo/modle: no such model directory" in proc.stderr
     assert not out.exists()
 
 

@@ -119,18 +119,22 @@ def wants_help(argv: list[str]) -> bool:
 
 
 def _train_precheck(argv: list[str]) -> int | None:
-    """`train --help`, and the checks of the config that need no transformers (key names, our own values),
-    answered before the training stack is imported (seconds): an exit status, or None to go on."""
-    from .config import ConfigError, check_config, train_command_line, train_help
+    """`train --help`, the checks of the config that need no transformers (key names, our own values) and a
+    path-like model name that does not exist, answered before the training stack is imported (seconds):
+    an exit status, or None to go on."""
+    from .config import ConfigError, check_config, looks_like_path, train_command_line, train_help
 
     if wants_help(argv):
         print(train_help())
         return 0
     try:
         path, overrides, _ = train_command_line(argv)
-        check_config(path, overrides)
+        model_args, _, _ = check_config(path, overrides)
     except ConfigError as e:
         return usage_error("train", e)
+    model = model_args.model_name_or_path
+    if looks_like_path(model) and not Path(model).exists():  # what modeling.resolve_family says, seconds later
+        return fail("train", f"{model}: no such model directory")
     return None
 
 

@@ -16,6 +16,7 @@ import difflib
 import functools
 import importlib.util
 import json
+import os
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -172,6 +173,12 @@ def training_argument_names() -> frozenset[str]:
             continue
         names.add(node.target.id)
     return frozenset(names)
+
+
+def looks_like_path(name: str) -> bool:
+    """A model name that can only be a folder ("./x", "~/m", "/abs", "outputs/demo/model", "x/"), never a
+    hub id, which is "name" or "org/name" (nor a preset)."""
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or name.endswith(("/", "\\"))
 
 
 def _known_keys() -> set[str]:

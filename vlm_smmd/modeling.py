@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .config import looks_like_path  # noqa: F401  (a name that can only be a folder)
 from .families import (
     ModelLoadError,
     checkpoint_model_type,
@@ -52,12 +53,6 @@ def _resolve_dtype(dtype):
                 "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}[dtype]
     except KeyError:
         raise ValueError(f"dtype must be one of auto, bf16, fp16, fp32; got {dtype!r}") from None
-
-
-def looks_like_path(name: str) -> bool:
-    """A name that can only be a folder ("./x", "~/m", "/abs", "outputs/demo/model", "x/"), never a hub id,
-    which is "name" or "org/name"."""
-    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or name.endswith(("/", "\\"))
 
 
 def hub_offline() -> bool:
