@@ -84,3 +84,21 @@ def test_every_readme_command_has_help(tool, command):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "usage" in proc.stdout.lower()
+
+
+def test_demo_overwrite_keeps_the_earlier_demo_when_the_data_does_not_fit(tmp_path):
+    from vlm_smmd.demo import main
+
+    out = tmp_path / "demo"
+    (out / "bar" / "model").mkdir(parents=True)
+    (out / "bar" / "model" / "config.json").write_text("{}")
+    assert main(["--out", str(out), "--num", "40"]) == 2  # an earlier demo: refused without --overwrite
+    from vlm_smmd.config import load_config
+    from vlm_smmd.demo import CONFIGS
+    from vlm_smmd.training import synthesize_if_missing
+
+    _, data_args, _, _ = load_config(CONFIGS / "scratch_cpu_bar.yaml", {"data_root": str(out / "data" / "bar"),
+                                                                         "synthesize_num": 40})
+    synthesize_if_missing(data_args)  # the earlier demo's data, rendered with --num 40
+    assert main(["--out", str(out), "--num", "50", "--steps", "1", "--overwrite"]) == 1  # other settings
+    assert (out / "bar" / "model" / "config.json").read_text() == "{}"  # the data error touched nothing

@@ -23,8 +23,10 @@ SUMMARY = 6  # headline figures printed per setting (the report has them all)
 
 
 def run_setting(name: str, out: Path, *, num: int | None = None, steps: int | None = None,
-                eval_limit: int | None = None, max_new_tokens: int = 8, overrides: dict | None = None) -> dict:
-    """Data -> train -> eval -> report for one setting under out/name; returns paths and the analysis."""
+                eval_limit: int | None = None, max_new_tokens: int = 8, overrides: dict | None = None,
+                overwrite: bool = False) -> dict:
+    """Data -> train -> eval -> report for one setting under out/name; returns paths and the analysis.
+    `overwrite`: an earlier model, eval and report there are removed once the data is in place."""
     from .analysis import analyze_records, load_predictions, load_run_info, write_report
     from .config import load_config
     from .evaluation import evaluate_model
@@ -42,6 +44,11 @@ def run_setting(name: str, out: Path, *, num: int | None = None, steps: int | No
     started = time.time()
     print(f"[{name} 1/4] {data_args.synthesize_num} {what} in {data_root}", flush=True)
     synthesize_if_missing(data_args)  # renders them, or reuses an identical earlier rendering
+    if overwrite:
+        import shutil
+
+        for folder in (model_dir, eval_dir, report_dir):
+            shutil.rmtree(folder, ignore_errors=True)
     print(f"[{name} 2/4] training the scratch model ({model_args.scratch_layers} x {model_args.scratch_hidden_size} "
           f"text, {model_args.scratch_vision_depth} x {model_args.scratch_vision_hidden_size} vision) for "
           f"{train_args.max_steps} steps of {train_args.per_device_train_batch_size} with CE + "
@@ -136,15 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         return usage_error("demo", f"--out {args.out} holds an earlier demo ({', '.join(earlier[:4])}"
                            f"{', ...' if len(earlier) > 4 else ''}); pass --overwrite to replace it, or choose "
                            "another --out")
-    if earlier:
-        import shutil
-
-        for s in settings:
-            for part in ("model", "eval", "report"):
-                shutil.rmtree(args.out / s / part, ignore_errors=True)
     try:
         with no_empty_folder(args.out):
-            run_demo(args.out, settings=settings, num=args.num, steps=args.steps, eval_limit=args.eval_limit)
+            run_demo(args.out, settings=settings, num=args.num, steps=args.steps, eval_limit=args.eval_limit,
+                     overwrite=bool(earlier))
     except Exception as e:
         if not input_error(e):
             raise
