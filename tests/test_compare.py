@@ -244,6 +244,9 @@ def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
             "--data_root", str(data), "--synthesize_num", "16", "--synthesize_size", "64", "--max_steps", "2",
             "--per_device_train_batch_size", "2", "--max_eval_samples", "2", "--logging_steps", "1",
             "--disable_tqdm", "true", "--dataloader_num_workers", "0"]
+    # CE alone first: --out becomes a compare folder (a foreign non-empty folder would be refused)
+    assert main([a if a != "none,smmd" else "none" for a in argv]) == 0
+    assert "[1/1] none-seed0: done in" in capsys.readouterr().out
     # make smmd-seed0 fail: a file where its training output folder must go
     blocker = out / "runs" / "smmd-seed0" / "model"
     blocker.parent.mkdir(parents=True)
@@ -251,7 +254,7 @@ def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
 
     assert main(argv) == 1
     printed = capsys.readouterr()
-    assert "[1/2] none-seed0: done in" in printed.out and "[2/2] smmd-seed0: FAILED" in printed.out
+    assert "[1/2] none-seed0: done earlier, skipped" in printed.out and "[2/2] smmd-seed0: FAILED" in printed.out
     assert "rerun the same command to retry" in printed.err
     status = json.loads((out / "status.json").read_text())["variants"]
     assert status["none-seed0"]["status"] == "done" and status["smmd-seed0"]["status"] == "failed"
