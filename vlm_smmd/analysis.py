@@ -966,7 +966,7 @@ def _confusion_plot(conf: Sequence[Sequence[int]], title: str, path: Path) -> No
     ax.set_yticks(range(10))
     ax.set_xlabel("predicted digit")
     ax.set_ylabel("target digit")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9, wrap=True)
     fig.colorbar(im, ax=ax, fraction=0.046)
     _save(fig, path)
 
