@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from vlm_smmd.analysis import analyze_records, headline, load_predictions  # noqa: E402
 from vlm_smmd.evaluation import evaluate_model  # noqa: E402
+from vlm_smmd.training import checkpoint_problem  # noqa: E402
 
 KEYS = {  # the figures a curve shows, per kind of answer: headline keys
     "chart": ("exact_match", "relaxed_accuracy", "mae", "within_1", "within_2"),
@@ -35,11 +36,12 @@ KEYS = {  # the figures a curve shows, per kind of answer: headline keys
 
 
 def checkpoints(run: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of every complete checkpoint, and of the final model (its step from trainer_state)."""
+    """(step, folder) of every complete checkpoint (as resume judges it), and of the final model (its
+    step from trainer_state)."""
     found = []
     for folder in run.glob("checkpoint-*"):
         m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
-        if m and (folder / "trainer_state.json").is_file() and (folder / "config.json").is_file():
+        if m and checkpoint_problem(folder) is None:
             found.append((int(m.group(1)), folder))
     state = run / "trainer_state.json"
     if (run / "config.json").is_file() and state.is_file():
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
         for key in KEYS[kind]:
             if key in figs:
                 row[key] = figs[key].value
-                chance[key] = figs[key].chance if figs[key].chance is not None else figs[key].constant
+                chance[key] = figs[key].chance
         rows.append(row)
         print(json.dumps(row), flush=True)
     columns = list(dict.fromkeys(k for r in rows for k in r))
