@@ -3,9 +3,11 @@ second per core, PNG encoding included.
 
     python bench/clocks.py [--num 400] [--size 448] [--workers 1,2] [--bars-num 3000] [--json]
 
-Clocks, three measurements:
+Clocks, four measurements:
   in-process   render_clock + encode_png in this process (no files): per-image cost split into render and
                encode, and Pillow's PNG encoder for comparison;
+  plain 64 px  the research setting's style (plain, coloured hands) at 64 px, with and without the
+               per-image variation (vary_style) the writer applies by default;
   warm pool    K worker processes, caches warmed, rendering + encoding + writing files exactly as the
                writer does: steady-state img/s, per core, and the scaling efficiency against one worker;
   writer       write_clock_dataset end to end (process start-up, warm-up, metadata, rename included).
@@ -78,10 +80,31 @@ def in_process(num: int, size: int) -> dict:
             "inproc_img_per_s": num / wall, "inproc_cpu_img_per_s": num / cpu}
 
 
+def plain_small(num: int) -> dict:
+    """img/s of the research clock style at 64 px (render + encode), fixed and varied per image."""
+    from data_synth.clocks import plain_style, vary_style
+
+    style = plain_style(numerals="none", hour_hand_color=(220, 0, 0), hour_hand_width=0.12,
+                        minute_hand_color=(0, 0, 220), minute_hand_width=0.07)
+    res = {}
+    for name, vary in (("plain64", False), ("plain64_varied", True)):
+        for i in range(20):  # warm caches
+            writer.encode_png(render_clock(i % 24, i % 60, size=64, style=style, seed=i))
+        c0, w0 = time.process_time(), time.perf_counter()
+        for i in range(num):
+            drawn = vary_style(style, i) if vary else style
+            writer.encode_png(render_clock(i % 24, (7 * i) % 60, size=64, style=drawn, seed=i))
+        res[f"{name}_img_per_s"] = num / (time.perf_counter() - w0)
+        res[f"{name}_cpu_img_per_s"] = num / (time.process_time() - c0)
+    return res
+
+
 def warm_pool(num: int, size: int, workers: int) -> dict:
     import multiprocessing as mp
 
-    cfg = writer._config(num + 8, 0, size, "train=1", "h:mm", False, None, False, None, None, False)
+    cfg = writer._config(num + 8, 0, size, "train=1", "h:mm", with_seconds=False, style=None, plain=False,
+                         variation=True, unseen_fraction=0.0, unseen_seed=0, unseen_num=None, times=None,
+                         questions=None, system_font_pool=False)
     with tempfile.TemporaryDirectory() as tmp:
         tasks = [(tmp, list(range(k, min(k + 16, num)))) for k in range(0, num, 16)]
         with mp.get_context("spawn").Pool(workers, _init, (cfg, tmp)) as pool:
@@ -135,6 +158,7 @@ def main(argv=None) -> int:
     res = {"size_px": args.size, "num_images": args.num, "cpu_count": os.cpu_count(),
            "load_avg_1min": os.getloadavg()[0]}
     res.update(in_process(args.num, args.size))
+    res.update(plain_small(4 * args.num))
     for k in counts:
         for key, value in warm_pool(args.num, args.size, k).items():
             res[f"pool_w{k}_{key}"] = value
@@ -156,6 +180,9 @@ def main(argv=None) -> int:
     print(f"  in-process: render {res['render_ms']:.2f} ms + PNG {res['png_encode_ms']:.2f} ms "
           f"(Pillow's encoder: {res['pillow_png_encode_ms']:.2f} ms), {res['png_kb']:.0f} KB/image")
     print(f"  in-process: {res['inproc_img_per_s']:.0f} img/s wall, {res['inproc_cpu_img_per_s']:.0f} img/s per CPU second")
+    print(f"  plain style at 64 px ({4 * args.num} images): {res['plain64_img_per_s']:.0f} img/s fixed "
+          f"({res['plain64_cpu_img_per_s']:.0f} per CPU s), {res['plain64_varied_img_per_s']:.0f} img/s varied per "
+          f"image ({res['plain64_varied_cpu_img_per_s']:.0f} per CPU s)")
     print()
     print(f"  {'workers':>7} | {'img/s':>7} | {'img/s/core':>10} | {'img/s/core (cpu)':>16} | {'scaling':>7} | "
           f"{'writer end-to-end img/s':>23}")

@@ -1,1 +1,1 @@
-"""Synthetic datasets with exact labels: analog clocks, charts and arithmetic problems. Independent of vlm_smmd."""
+"""Synthetic datasets with exact labels: analog clocks, charts, arithmetic and word problems. Independent of vlm_smmd."""

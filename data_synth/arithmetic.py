@@ -19,24 +19,56 @@ Operations (one drawn per problem, uniformly from `operations`):
                and the answer is a / b rounded half up to k decimals, which the question says.
 `digits` gives each operand's count of integer digits as (lowest, highest); a count is drawn uniformly,
 then the value uniformly among numbers with that many integer digits (1 digit includes 0). Divisors are
-never 0. Problem `index` gets its own seed from (seed, index), so the bytes do not depend on the worker
-count; splits take contiguous index blocks. Written through `writer.build_dataset`: atomic (built in
+never 0. At most MAX_DIGITS integer digits and MAX_PLACES decimals (places, div_places). Problem `index`
+gets its own seed from (seed, index), so the bytes do not depend on the worker count; splits take
+contiguous index blocks. Written through `data_synth.dataset.build_dataset`: atomic (built in
 `.{out}.partial`, then renamed), resumable (`--resume`), `--overwrite` to replace an existing `out`.
+
+Research options (both off by default; each problem is then redrawn from its own seed until it fits, so
+the bytes still depend on (arguments, seed, index) alone):
+    distinct          no problem is in two splits: every problem (operation and operands; a + b and b + a,
+                      a * b and b * a count as one) belongs to one split by a seeded hash, its share of the
+                      problems the split's fraction, and a split holds only its own problems.
+    unseen_fraction   a seeded set of answers (`unseen_answers`: that fraction of every answer the
+                      operations and digits can give, every digit still at every place in the rest) never
+                      occurs in the named splits; problems with those answers, and only those, make up the
+                      extra split `test_unseen` (`unseen_num` problems). Integer problems only (places 0,
+                      exact division).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import sys
+from functools import lru_cache
 from pathlib import Path
 
-from .writer import build_dataset, interrupt_status, parse_splits, split_bounds
+from .args import Parser, bounded_int
+from .dataset import (
+    MAX_ITEMS,
+    UNSEEN_SPLIT,
+    build_dataset,
+    check_fraction,
+    check_int,
+    digit_places,
+    interrupt_status,
+    item_seed,
+    owner_split,
+    parse_splits,
+    pick_unseen,
+    split_bounds,
+    split_counts,
+    split_of,
+)
 
 OPERATIONS = ("add", "sub", "mul", "div")
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+MAX_DIGITS = 100  # integer digits of an operand
+MAX_PLACES = 30  # decimals of operands (places) and of rounded quotients (div_places)
+MAX_ANSWER_SPACE = 2_000_000  # candidate answers `unseen_answers` may enumerate (3 x 3 digit mul: 810,000)
+MAX_DRAWS = 1_000_000  # redraws of one problem before its split is declared impossible to fill
 
 
 def fixed(n: int, places: int) -> str:
@@ -52,8 +84,57 @@ def _round_half_up(num: int, den: int) -> int:
     return q + (2 * r >= den)
 
 
+def _operand_bounds(digits) -> tuple[int, int]:
+    """Smallest and largest integer operand with (lowest, highest) integer digits."""
+    lo, hi = digits
+    return (0 if lo == 1 else 10 ** (lo - 1)), 10 ** hi - 1
+
+
+def possible_answers(operations, digits, negatives: bool = False) -> list[int]:
+    """Every answer the integer problems of `operations` with `digits` ((lowest, highest) per operand) can
+    have, sorted. ValueError when more than MAX_ANSWER_SPACE candidates would have to be enumerated."""
+    (a_lo, a_hi), (b_lo, b_hi) = _operand_bounds(digits[0]), _operand_bounds(digits[1])
+    divisor_lo = max(b_lo, 1)
+    work = {"add": a_hi + b_hi - a_lo - b_lo + 1, "sub": a_hi + b_hi - a_lo - b_lo + 1,
+            "mul": (a_hi - a_lo + 1) * (b_hi - b_lo + 1), "div": a_hi // divisor_lo}
+    size = sum(work[op] for op in operations)
+    if size > MAX_ANSWER_SPACE:
+        raise ValueError(f"unseen_fraction: these operations and digits give up to {size:,} answers to choose "
+                         f"from, more than {MAX_ANSWER_SPACE:,}; use fewer digits")
+    answers = set()
+    for op in operations:
+        if op == "add":
+            answers.update(range(a_lo + b_lo, a_hi + b_hi + 1))
+        elif op == "sub" and negatives:
+            answers.update(range(a_lo - b_hi, a_hi - b_lo + 1))
+        elif op == "sub":  # the larger operand first: |a - b| over two intervals is an interval
+            answers.update(range(max(0, b_lo - a_hi, a_lo - b_hi), max(a_hi - b_lo, b_hi - a_lo) + 1))
+        elif op == "mul":
+            for a in range(a_lo, a_hi + 1):
+                answers.update(range(a * b_lo, a * b_hi + 1, a) if a else (0,))
+        else:  # exact division: quotients q with a divisor b whose multiple b * q is a dividend
+            answers.update(q for q in range(1, a_hi // divisor_lo + 1)
+                           if max(divisor_lo, -(-a_lo // q)) <= min(b_hi, a_hi // q))
+    return sorted(answers)
+
+
+@lru_cache(maxsize=8)
+def _unseen_answers(operations: tuple, digits: tuple, negatives: bool, fraction: float, seed: int) -> tuple:
+    answers = possible_answers(operations, digits, negatives)
+    return tuple(pick_unseen(answers, lambda v: digit_places(str(v)), fraction, seed))
+
+
+def unseen_answers(operations, digits, negatives: bool, fraction: float, seed: int = 0) -> tuple[int, ...]:
+    """The answers `unseen_fraction=fraction, unseen_seed=seed` holds out of the named splits: that fraction
+    of `possible_answers(operations, digits, negatives)`, drawn with `seed` by `dataset.pick_unseen`, so
+    that every digit still occurs at every place among the answers left. Sorted; pure in its arguments
+    (digits as `write_arithmetic_dataset` keeps them: ((lowest_a, highest_a), (lowest_b, highest_b)))."""
+    digits = tuple(tuple(int(v) for v in d) for d in digits)
+    return _unseen_answers(tuple(operations), digits, bool(negatives), check_fraction(fraction), seed)
+
+
 class _Plan:
-    """The problems a config describes; the item interface `writer.build_dataset` drives."""
+    """The problems a config describes (the plan interface of `data_synth.dataset.build_partial`)."""
 
     name, noun, unit, chunk = "arithmetic", "problems", "problem", 2048
 
@@ -62,6 +143,14 @@ class _Plan:
         self.places = cfg["places"]
         self.scale = 10 ** self.places
         self.bounds = split_bounds(cfg["num"], cfg["splits"], "problem")
+        self.total = cfg["num"]
+        self.held = None  # the held-out answers, when there is an unseen split
+        unseen = cfg["unseen"]
+        if unseen is not None:
+            self.held = frozenset(unseen_answers(cfg["operations"], cfg["digits"], cfg["negatives"],
+                                                 unseen["fraction"], unseen["seed"]))
+            self.bounds.append((cfg["num"], cfg["num"] + unseen["num"], UNSEEN_SPLIT))
+            self.total += unseen["num"]
 
     def _range(self, digits: int) -> tuple[int, int]:
         """Smallest and largest operand (as counts of 10**-places) with `digits` integer digits."""
@@ -73,11 +162,9 @@ class _Plan:
         low, high = self._range(rng.randint(lo, hi))
         return rng.randint(max(low, int(nonzero)), high)
 
-    def problem(self, index: int) -> dict:
-        """The record of problem `index` (cheap, deterministic in (cfg, index))."""
+    def _draw(self, rng: random.Random) -> tuple[str, int, int, str, str]:
+        """One problem from `rng`: (operation, a, b, answer, question suffix); a, b in counts of 10**-places."""
         cfg, places = self.cfg, self.places
-        seed = int.from_bytes(hashlib.sha256(f"arithmetic:{cfg['seed']}:{index}".encode()).digest()[:8], "little")
-        rng = random.Random(seed)
         op = rng.choice(cfg["operations"])
         suffix = ""
         if op == "div":
@@ -108,16 +195,36 @@ class _Plan:
                 answer = fixed(a - b, places)
             else:
                 answer = fixed(a * b, 2 * places)
-        operands = [fixed(a, places), fixed(b, places)]
+        return op, a, b, answer, suffix
+
+    def _fits(self, split: str, op: str, a: int, b: int, answer: str) -> bool:
+        """May this problem be in `split`: its answer held out exactly when the split is the unseen one,
+        and (distinct) the split owns it."""
+        if self.held is not None and (int(answer) in self.held) != (split == UNSEEN_SPLIT):
+            return False
+        if self.cfg["distinct"] and split != UNSEEN_SPLIT:
+            x, y = sorted((a, b)) if op in ("add", "mul") else (a, b)  # a + b and b + a: one problem
+            return owner_split("arithmetic", self.cfg["seed"], f"{op}:{x}:{y}", self.cfg["splits"]) == split
+        return True
+
+    def problem(self, index: int) -> dict:
+        """The record of problem `index` (cheap, deterministic in (cfg, index)): the first draw of its own
+        random stream that fits its split."""
+        rng = random.Random(item_seed("arithmetic", self.cfg["seed"], index))
         split = self.split_of(index)
+        for _ in range(MAX_DRAWS):
+            op, a, b, answer, suffix = self._draw(rng)
+            if self._fits(split, op, a, b, answer):
+                break
+        else:
+            raise ValueError(f"split {split!r}: no problem fits it in {MAX_DRAWS:,} draws; these operations and "
+                             "digits give too few problems for distinct splits and held-out answers")
+        operands = [fixed(a, self.places), fixed(b, self.places)]
         return {"id": f"{split}-{index:08d}", "question": f"What is {operands[0]} {SYMBOLS[op]} {operands[1]}{suffix}?",
                 "answer": answer, "operation": op, "operands": operands, "split": split}
 
     def split_of(self, index: int) -> str:
-        for lo, hi, name in self.bounds:
-            if lo <= index < hi:
-                return name
-        raise IndexError(index)
+        return split_of(self.bounds, index)
 
     def render(self, index: int, root: Path) -> str:
         return json.dumps({"index": index, **self.problem(index)})
@@ -144,13 +251,15 @@ def _digit_range(value, which: str) -> list[int]:
         raise ValueError(f"digits of operand {which} must be N or (lowest, highest), got {value!r}") from None
     if not 1 <= lo <= hi:
         raise ValueError(f"digits of operand {which} must satisfy 1 <= lowest <= highest, got {lo}-{hi}")
+    if hi > MAX_DIGITS:
+        raise ValueError(f"digits of operand {which} must be at most {MAX_DIGITS}, got {hi}")
     return [lo, hi]
 
 
-def _config(num, seed, splits, operations, digits, places, div_places, negatives) -> dict:
+def _config(num, seed, splits, operations, digits, places, div_places, negatives, distinct, unseen_fraction,
+            unseen_seed, unseen_num) -> dict:
     """The JSON-ready generation config (validated); equal configs give identical datasets."""
-    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
-        raise ValueError(f"num must be an integer >= 1, got {num!r}")
+    check_int("num", num, 1, MAX_ITEMS)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     splits = parse_splits(splits) if isinstance(splits, str) else dict(splits)
@@ -165,31 +274,58 @@ def _config(num, seed, splits, operations, digits, places, div_places, negatives
     if not isinstance(digits, (tuple, list)) or len(digits) != 2:
         raise ValueError(f"digits must be N, (lowest, highest) or one of those per operand; got {digits!r}")
     digits = [_digit_range(digits[0], "a"), _digit_range(digits[1], "b")]
-    for name, value in (("places", places), ("div_places", div_places)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    if places is None:
-        raise ValueError("places must be an integer >= 0, got None")
+    check_int("places", places, 0, MAX_PLACES)
+    if div_places is not None:
+        check_int("div_places", div_places, 0, MAX_PLACES)
     if "div" in operations and div_places is None and digits[1][1] > digits[0][1]:
         raise ValueError(f"exact division needs divisors no longer than dividends: operand b has up to "
                          f"{digits[1][1]} digits, operand a up to {digits[0][1]} (or set div_places to round)")
+    if not isinstance(distinct, bool):
+        raise ValueError(f"distinct must be True or False, got {distinct!r}")
+    unseen = None
+    if check_fraction(unseen_fraction) > 0:
+        if places or ("div" in operations and div_places is not None):
+            raise ValueError("unseen_fraction holds whole-number answers out: it needs places 0 and exact division "
+                             "(no div_places)")
+        if UNSEEN_SPLIT in splits:
+            raise ValueError(f"splits: {UNSEEN_SPLIT!r} is written by unseen_fraction; name the others only")
+        if unseen_num is None:
+            unseen_num = min(split_counts(num, splits).values())
+        check_int("unseen_num", unseen_num, 1, MAX_ITEMS - num)
+        if isinstance(unseen_seed, bool) or not isinstance(unseen_seed, int):
+            raise ValueError(f"unseen_seed must be an integer, got {unseen_seed!r}")
+        held = unseen_answers(operations, digits, negatives, unseen_fraction, unseen_seed)
+        unseen = {"fraction": float(unseen_fraction), "seed": unseen_seed, "num": unseen_num, "answers": len(held)}
+    elif unseen_num is not None:
+        raise ValueError("unseen_num needs unseen_fraction > 0")
     return {"num": num, "seed": seed, "splits": splits, "operations": operations, "digits": digits,
-            "places": places, "div_places": div_places, "negatives": bool(negatives)}
+            "places": places, "div_places": div_places, "negatives": bool(negatives), "distinct": distinct,
+            "unseen": unseen}
 
 
 def write_arithmetic_dataset(out, num: int, seed: int = 0, *, splits: dict[str, float] | str = "train=0.9,test=0.1",
                              operations=OPERATIONS, digits=((1, 3), (1, 3)), places: int = 0,
-                             div_places: int | None = None, negatives: bool = False, workers: int = 1,
-                             resume: bool = False, overwrite: bool = False, progress: bool = True) -> Path:
+                             div_places: int | None = None, negatives: bool = False, distinct: bool = False,
+                             unseen_fraction: float = 0.0, unseen_seed: int = 0, unseen_num: int | None = None,
+                             workers: int = 1, resume: bool = False, overwrite: bool = False,
+                             progress: bool = True) -> Path:
     """Write `num` problems as `out/{split}.jsonl` + `out/generation.json`; returns `out`.
 
     digits: integer digits per operand, ((lowest_a, highest_a), (lowest_b, highest_b)) (each range may be
-    one N), or one (lowest, highest) or N for both. places: decimals of every operand. div_places: None for exact whole-number division, k to
-    round quotients half up to k decimals. negatives: subtraction may give negative answers.
+    one N; 1..MAX_DIGITS), or one (lowest, highest) or N for both. places: decimals of every operand
+    (0..MAX_PLACES). div_places: None for exact whole-number division, k (0..MAX_PLACES) to round quotients
+    half up to k decimals. negatives: subtraction may give negative answers. distinct: no problem in two
+    splits. unseen_fraction > 0: that fraction of the possible answers (`unseen_answers(operations, digits,
+    negatives, unseen_fraction, unseen_seed)`) is kept out of every split and is the answer of every problem
+    of an extra split `test_unseen` of `unseen_num` problems (default: as many as the smallest split).
     Deterministic in (arguments, seed) whatever `workers`; ValueError on bad arguments.
     """
-    cfg = _config(num, seed, splits, operations, digits, places, div_places, negatives)
-    return build_dataset(out, _Plan(cfg), workers=workers, resume=resume, overwrite=overwrite, progress=progress)
+    cfg = _config(num, seed, splits, operations, digits, places, div_places, negatives, distinct, unseen_fraction,
+                  unseen_seed, unseen_num)
+    plan = _Plan(cfg)
+    for lo, _, _ in plan.bounds:  # a split no problem can fit fails here, before anything is written
+        plan.problem(lo)
+    return build_dataset(out, plan, workers=workers, resume=resume, overwrite=overwrite, progress=progress)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -209,24 +345,34 @@ def _digits_arg(text: str) -> list[list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     """`data-synth arithmetic --num N --seed S --out DIR [options]`."""
-    from .cli import Parser  # one-line usage errors, --x_y for --x-y
-
     p = Parser(
         prog="data-synth arithmetic",
         description="Arithmetic problems with exact answers: OUT/{split}.jsonl (id, question, answer, operation, "
                     "operands, split) and OUT/generation.json.")
-    p.add_argument("--num", type=int, required=True, help="number of problems (all splits)")
+    p.add_argument("--num", type=bounded_int(1, MAX_ITEMS), required=True, help="number of problems (all splits)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder (built in .OUT.partial, renamed when complete)")
     p.add_argument("--splits", default="train=0.9,test=0.1", help="name=fraction,... (default train=0.9,test=0.1)")
     p.add_argument("--operations", default=",".join(OPERATIONS),
                    help=f"comma list of {','.join(OPERATIONS)} (default all)")
     p.add_argument("--digits", type=_digits_arg, default=[[1, 3], [1, 3]],
-                   help="integer digits per operand: N, LO-HI (both operands) or A,B each N or LO-HI (default 1-3)")
-    p.add_argument("--places", type=int, default=0, help="decimal places of every operand (default 0)")
-    p.add_argument("--div-places", type=int, default=None,
-                   help="round quotients half up to this many decimals (default: exact whole-number division)")
+                   help=f"integer digits per operand: N, LO-HI (both operands) or A,B each N or LO-HI, each "
+                        f"1..{MAX_DIGITS} (default 1-3)")
+    p.add_argument("--places", type=bounded_int(0, MAX_PLACES), default=0,
+                   help=f"decimal places of every operand, 0..{MAX_PLACES} (default 0)")
+    p.add_argument("--div-places", type=bounded_int(0, MAX_PLACES), default=None,
+                   help=f"round quotients half up to this many decimals, 0..{MAX_PLACES} (default: exact "
+                        "whole-number division)")
     p.add_argument("--negatives", action="store_true", help="subtraction may have negative answers")
+    p.add_argument("--distinct", action="store_true",
+                   help="no problem in two splits (a + b and b + a count as one); each split draws only its own")
+    p.add_argument("--unseen-fraction", type=float, default=0.0,
+                   help=f"hold this fraction of the possible answers out of every split and write problems with "
+                        f"them, and only them, into an extra split {UNSEEN_SPLIT} (every digit stays at every "
+                        "place in training; whole numbers only)")
+    p.add_argument("--unseen-seed", type=int, default=0, help="seed of the held-out answers (default 0)")
+    p.add_argument("--unseen-num", type=bounded_int(1, MAX_ITEMS), default=None,
+                   help=f"problems in {UNSEEN_SPLIT} (default: as many as the smallest split)")
     p.add_argument("--workers", type=int, default=1, help="processes (default 1); output is the same for any")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (after the new one is done)")
@@ -236,14 +382,20 @@ def main(argv: list[str] | None = None) -> int:
         out = write_arithmetic_dataset(
             args.out, args.num, args.seed, splits=args.splits,
             operations=[op.strip() for op in args.operations.split(",") if op.strip()], digits=args.digits,
-            places=args.places, div_places=args.div_places, negatives=args.negatives, workers=args.workers,
-            resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+            places=args.places, div_places=args.div_places, negatives=args.negatives, distinct=args.distinct,
+            unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
+            workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
     except (ValueError, FileExistsError) as e:
         print(f"data-synth arithmetic: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"data-synth arithmetic: cannot write: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as e:
         return interrupt_status(e)
-    print(f"wrote {args.num} arithmetic problems to {out}")
+    unseen = json.loads((out / "generation.json").read_text())["unseen"]
+    extra = f" and {unseen['num']} with held-out answers in {UNSEEN_SPLIT}" if unseen else ""
+    print(f"wrote {args.num} arithmetic problems{extra} to {out}")
     return 0
 
 

@@ -14,17 +14,26 @@ at 56-112 px) and exact:
   more row shaded with the bar colour at coverage h - floor(h) (rounded to the nearest 8-bit level). The
   value is therefore recoverable from the pixels: height = full rows + (pixel - background) / (colour -
   background), value = height * axis_max / P. The resolution is 1 / (P * contrast) of the axis range (the
-  colour's largest channel difference from the white background is >= 152 levels); a setting where that
+  colour's largest channel difference from the background is >= 152 levels); a setting where that
   cannot resolve one unit with margin is refused.
 - Tick rows: the row of tick t is (axis row) - t * P / axis_max, so a bar of value t ends on that row.
 
 Several bars (`bars=(lo, hi)` per chart, hi > 1) are labelled A, B, C... under the axis and the question
 names the letter; the vertical layout depends only on the options (not on the bar count of a chart), so
 every chart of a dataset has the same axis.
+
+Render variation, drawn per chart from the chart's own random stream, so that no two charts of a dataset
+look alike even at the same value (a value of 0 draws no bar, so the background varies too): a near-white
+background tint, the bar colour (any hue, from a continuous range, contrasting with that background by
+>= MIN_CONTRAST levels in some channel and with the black ink by >= INK_CONTRAST), the bar width and each
+bar's position within its slot, and, when asked (`noise` > 0), Gaussian pixel noise. The axis, ticks and
+labels are the same black pixels on every chart. `unseen_values` picks values to hold out of training
+for an unseen-values split.
 """
 
 from __future__ import annotations
 
+import colorsys
 import random
 from fractions import Fraction
 from functools import lru_cache
@@ -32,11 +41,13 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image
 
+from .dataset import MAX_SIDE, digit_places, pick_unseen
+
 KIND = "bars_axis"
-BACKGROUND = (255, 255, 255)
 INK = (0, 0, 0)  # axis, ticks and labels
-COLORS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189))
-MIN_CONTRAST = min(max(abs(c - b) for c, b in zip(color, BACKGROUND)) for color in COLORS)  # 152
+MIN_CONTRAST = 152  # a bar colour's largest channel difference from the background, at least
+INK_CONTRAST = 64  # ... and from the ink, so no bar pixel is taken for the axis
+MAX_NOISE = 32.0  # pixel noise std (0..255 levels) the axis stays readable under
 LETTERS = "ABCDEFGHIJ"
 
 # 3x5 glyphs, rows top to bottom, "#" = ink
@@ -109,27 +120,83 @@ def layout(size, axis_max: int, places: int, max_bars: int) -> dict:
             "plot_right": plot_right, "tick_rows": tick_rows}
 
 
-def bar_columns(geometry: dict, count: int, max_bars: int) -> list[tuple[int, int]]:
-    """[(first column, width)] of each of `count` bars, centred in equal slots across the plot."""
+def bar_columns(geometry: dict, max_bars: int, style: dict) -> list[tuple[int, int]]:
+    """[(first column, width)] of each bar of a chart: equal slots across the plot, one per bar; the width
+    (`style["width"]` in [0, 1) picks it among the widths the slot allows, shared by the chart's bars) and
+    each bar's place in its slot (`style["x"]`, one number in [0, 1) per bar) as the chart drew them.
+    A bar keeps a pixel of space from its slot's edges when the slot has room, so bars never touch."""
+    count = len(style["x"])
     left = geometry["axis_x"] + 1
     slot = (geometry["plot_right"] - left) // max(count, 1)
-    width = max(geometry["scale"] * 3 if max_bars > 1 else 1, slot * 3 // 5)
-    return [(left + k * slot + (slot - width) // 2, width) for k in range(count)]
+    narrowest = max(geometry["scale"] * 3 if max_bars > 1 else 1, slot * 2 // 5)
+    widest = max(narrowest, min(slot * 4 // 5, slot - 2))
+    width = narrowest + min(widest - narrowest, int(style["width"] * (widest - narrowest + 1)))
+    free = slot - width
+    margin = 1 if free >= 2 else 0
+    out = []
+    for k, at in enumerate(style["x"]):
+        room = free - 2 * margin
+        out.append((left + k * slot + margin + min(room, int(at * (room + 1))), width))
+    return out
 
 
-def make_bar_chart(rng: random.Random, *, axis_max: int = 100, places: int = 0, bars=(1, 1)) -> dict:
-    """Random bar values (JSON-able; exact decimal strings with `places` decimals) and colour."""
+def background_color(rng: random.Random) -> list[int]:
+    """A near-white RGB background: any hue, saturation 0-0.12, value 0.9-1."""
+    return [round(255 * c) for c in colorsys.hsv_to_rgb(rng.random(), rng.uniform(0, 0.12), rng.uniform(0.9, 1.0))]
+
+
+def bar_color(rng: random.Random, background) -> list[int]:
+    """An RGB bar colour of any hue, saturation 0.3-1 and value 0.35-0.95, redrawn until it contrasts with
+    `background` by >= MIN_CONTRAST and with the ink by >= INK_CONTRAST levels in some channel."""
+    while True:
+        hsv = rng.random(), rng.uniform(0.3, 1.0), rng.uniform(0.35, 0.95)
+        rgb = [round(255 * c) for c in colorsys.hsv_to_rgb(*hsv)]
+        if (max(abs(c - b) for c, b in zip(rgb, background)) >= MIN_CONTRAST
+                and max(abs(c - i) for c, i in zip(rgb, INK)) >= INK_CONTRAST):
+            return rgb
+
+
+def value_text(units: int, places: int) -> str:
+    """A value given in units of 10**-places as its answer text: value_text(473, 1) -> "47.3"."""
+    one = 10 ** places
+    return f"{units // one}.{units % one:0{places}d}" if places else str(units)
+
+
+@lru_cache(maxsize=16)
+def unseen_values(axis_max: int, places: int, fraction: float, seed: int = 0) -> tuple[int, ...]:
+    """The values (in units of 10**-places, of 0 .. axis_max - 10**-places) held out of training by an
+    unseen-values split: `fraction` of them, drawn with `seed`, such that every digit still occurs at every
+    place among the values left (47 held out while 37, 57 and 41..46 are not). Pure in its arguments."""
+    layout((MAX_SIDE, MAX_SIDE), axis_max, places, 1)  # the option checks; no larger axis can be rendered
+    units = range(axis_max * 10 ** places)
+    return tuple(pick_unseen(units, lambda u: digit_places(value_text(u, places)), fraction, seed))
+
+
+def make_bar_chart(rng: random.Random, *, axis_max: int = 100, places: int = 0, bars=(1, 1), values=None,
+                   noise: float = 0.0) -> dict:
+    """Random bar values (JSON-able; exact decimal strings with `places` decimals) and render variation
+    (background, colour, width, positions; pixel noise of std `noise` when > 0). `values`: the value units bars may
+    take (a sequence, e.g. the seen or the unseen ones); None for all of 0 .. axis_max * 10**places - 1."""
     lo, hi = bars
     if not 1 <= lo <= hi <= len(LETTERS):
         raise ValueError(f"bars per chart must be (lowest, highest) within 1..{len(LETTERS)}, got {bars!r}")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= MAX_NOISE:
+        raise ValueError(f"bar_noise must be a number in 0..{MAX_NOISE:g}, got {noise!r}")
     count = rng.randint(lo, hi)
-    one = 10 ** places
-    counts = [rng.randrange(axis_max * one) for _ in range(count)]  # values in units of 10**-places
-    values = [f"{n // one}.{n % one:0{places}d}" if places else str(n) for n in counts]
+    if values is None:
+        counts = [rng.randrange(axis_max * 10 ** places) for _ in range(count)]
+    else:
+        counts = [values[rng.randrange(len(values))] for _ in range(count)]
+    background = background_color(rng)
+    style = {"background": background, "color": bar_color(rng, background), "width": rng.random(),
+             "x": [rng.random() for _ in range(count)]}
+    noise_seed = rng.getrandbits(32)  # drawn either way, so noise changes nothing else
+    if noise:
+        style.update(noise=float(noise), noise_seed=noise_seed)
     return {"kind": KIND, "value_kind": "decimal" if places else "integer", "topic": "bars", "title": "",
             "x_label": "Bar", "x_plural": "bars", "y_label": "Value", "categories": list(LETTERS[:count]),
-            "series": [{"name": None, "values": values}], "places": places, "axis_max": axis_max,
-            "max_bars": hi, "style": {"color": list(rng.choice(COLORS))}}
+            "series": [{"name": None, "values": [value_text(n, places) for n in counts]}], "places": places,
+            "axis_max": axis_max, "max_bars": hi, "style": style}
 
 
 def bar_questions(chart: dict, rng: random.Random, count: int) -> list[dict]:
@@ -146,47 +213,56 @@ def bar_questions(chart: dict, rng: random.Random, count: int) -> list[dict]:
 
 
 @lru_cache(maxsize=64)
-def _background(size: tuple[int, int], axis_max: int, places: int, max_bars: int, count: int) -> np.ndarray:
-    """[H, W, 3] uint8 image of the axes, ticks and labels (read-only; copied per chart)."""
+def _ink(size: tuple[int, int], axis_max: int, places: int, max_bars: int) -> np.ndarray:
+    """Indices into the flat [H * W * 3] image of every channel of the axes, ticks and tick labels."""
     width, height = size
     g = layout(size, axis_max, places, max_bars)
     s, ax, base = g["scale"], g["axis_x"], g["base"]
-    img = np.empty((height, width, 3), np.uint8)
-    img[:] = BACKGROUND
+    ink = np.zeros((height, width), bool)
     top = min(g["tick_rows"].values())
-    img[top:base + 1, ax] = INK  # y axis
-    img[base, ax:g["plot_right"]] = INK  # x axis
+    ink[top:base + 1, ax] = True  # y axis
+    ink[base, ax:g["plot_right"]] = True  # x axis
     for value, row in g["tick_rows"].items():
-        img[row, ax - 2 * s:ax] = INK
+        ink[row, ax - 2 * s:ax] = True
         mask = _text(str(value), s)
         r0, c0 = row - 5 * s // 2, ax - 3 * s - mask.shape[1]
-        img[r0:r0 + mask.shape[0], c0:c0 + mask.shape[1]][mask] = INK
-    if max_bars > 1:
-        for k, (x, w) in enumerate(bar_columns(g, count, max_bars)):
-            mask = _glyph(LETTERS[k], s)
-            r0, c0 = base + 2 * s, x + (w - 3 * s) // 2
-            img[r0:r0 + mask.shape[0], c0:c0 + mask.shape[1]][mask] = INK
-    img.flags.writeable = False
-    return img
+        ink[r0:r0 + mask.shape[0], c0:c0 + mask.shape[1]] |= mask
+    pixels = np.flatnonzero(ink) * 3
+    index = np.concatenate([pixels, pixels + 1, pixels + 2])
+    index.flags.writeable = False
+    return index
+
+
+def _rows(color, width: int) -> np.ndarray:
+    """[1, width, 3] uint8 run of one colour (filling from a contiguous row is much faster in numpy than
+    broadcasting a 3-vector)."""
+    return np.frombuffer(bytes(color) * width, np.uint8).reshape(1, width, 3)
 
 
 def render_bar_chart(chart: dict, size=(56, 56)) -> Image.Image:
     """The chart as an RGB image of `size` = (width, height)."""
     size = tuple(size)
-    axis_max, places, max_bars = chart["axis_max"], chart["places"], chart["max_bars"]
+    axis_max, places, max_bars, style = chart["axis_max"], chart["places"], chart["max_bars"], chart["style"]
     values = chart["series"][0]["values"]
-    img = _background(size, axis_max, places, max_bars, len(values)).copy()
     g = layout(size, axis_max, places, max_bars)
-    base, plot_height = g["base"], g["plot_height"]
-    color = np.array(chart["style"]["color"], np.int64)
-    back = np.array(BACKGROUND, np.int64)
-    for (x, w), text in zip(bar_columns(g, len(values), max_bars), values):
+    s, base, plot_height = g["scale"], g["base"], g["plot_height"]
+    color, back = style["color"], style["background"]
+    img = _rows(back, size[0] * size[1]).reshape(size[1], size[0], 3).copy()
+    img.reshape(-1)[_ink(size, axis_max, places, max_bars)] = 0  # INK
+    for k, ((x, w), text) in enumerate(zip(bar_columns(g, max_bars, style), values)):
         h = Fraction(text) * plot_height / axis_max
         full = h.numerator // h.denominator
-        img[base - full:base, x:x + w] = color
+        img[base - full:base, x:x + w] = _rows(color, w)
         cover = h - full
         if cover:  # the partial top row: each channel rounded half up to the nearest level
-            shade = (2 * (back * cover.denominator + (color - back) * cover.numerator) + cover.denominator) \
-                // (2 * cover.denominator)
-            img[base - full - 1, x:x + w] = shade
+            num, den = cover.numerator, cover.denominator
+            shade = [(2 * (b * den + (c - b) * num) + den) // (2 * den) for c, b in zip(color, back)]
+            img[base - full - 1, x:x + w] = _rows(shade, w)[0]
+        if max_bars > 1:  # the bar's letter, centred under it
+            mask = _glyph(LETTERS[k], s)
+            r0, c0 = base + 2 * s, x + (w - 3 * s) // 2
+            img[r0:r0 + mask.shape[0], c0:c0 + mask.shape[1]][mask] = INK
+    if style.get("noise"):
+        noise = np.random.default_rng(style["noise_seed"]).normal(0.0, style["noise"], img.shape)
+        img = np.clip(np.rint(img + noise), 0, 255).astype(np.uint8)
     return Image.fromarray(img, "RGB")

@@ -12,11 +12,14 @@ Output of `write_chart_dataset(out, layout, num, seed, split)`:
   label}), `{split}/tables/*.csv` (the data, like the official tables/)
 - plotqa:  `{out}/{split}/png/{i}.png`, `{out}/{split}/qa_pairs_V2.json` ({"qa_pairs": [...]}, numeric
   answers as JSON numbers)
-- dvqa:    `{out}/images/*.png`, `{out}/qa/{split}_qa.json`
+- dvqa:    `{out}/images/synth_{split}_*.png` (a folder every split shares), `{out}/qa/{split}_qa.json`
 - always:  `{out}/charts_data/{split}.jsonl`, one line a chart: the data, the question arguments and
-  answers, and where each question sits in the layout files, so every answer can be derived again.
+  answers, and where each question sits in the layout files, so every answer can be derived again;
+  `{out}/charts_data/{split}.generation.json`, the arguments (and any held-out values).
 Deterministic by (seed, split, index): the same arguments give the same bytes whatever `workers` is.
-Index files are written last (atomically), so an interrupted run leaves no loadable half dataset.
+One call writes one split through `data_synth.dataset.build_partial`: built in `{out}/.{split}.partial`
+(resumable) and moved in when complete, images and tables before the index files; an existing split is
+replaced only with `overwrite`, and nothing else in `out` is touched.
 """
 
 from __future__ import annotations
@@ -27,18 +30,33 @@ import io
 import json
 import os
 import random
+import re
 import sys
 from decimal import Decimal
 from pathlib import Path
 
 from . import bars
-from .writer import encode_png, ignore_sigint, interrupt_status
+from .args import Parser
+from .dataset import (
+    MAX_ITEMS,
+    MAX_SIDE,
+    build_partial,
+    check_fraction,
+    check_int,
+    check_split_name,
+    check_workers,
+    encode_png,
+    interrupt_status,
+    remove,
+    write_file,
+)
 
 LAYOUTS = ("chartqa", "plotqa", "dvqa")
 KINDS = ("vbar", "hbar", "grouped_bar", "line", "pie")  # the default mix, drawn with matplotlib
 ALL_KINDS = (*KINDS, bars.KIND)
 VALUE_KINDS = ("integer", "decimal", "percentage", "large")
 QTYPES = ("value", "compare", "max", "min", "difference", "sum", "count")
+MAX_QUESTIONS = 100  # questions per chart
 
 # question type -> (DVQA template_id, PlotQA template); count of categories is "structure"/"structural"
 _TEMPLATES = {
@@ -348,35 +366,94 @@ def _image_name(layout: str, split: str, index: int) -> str:
     return f"images/synth_{split}_{index:08d}.png"
 
 
-def _make_one(job: tuple) -> dict:
-    """Chart `index` of a dataset: data, questions, PNG written under out. Runs in worker processes."""
-    out, layout, split, seed, index, size, per_chart, kinds, value_kinds, bar_options = job
-    rng = random.Random(f"charts:{seed}:{split}:{index}")
-    chart = make_chart(rng, kinds, value_kinds, dict(bar_options))
-    chart["questions"] = make_questions(chart, rng, per_chart)
-    chart["subset"] = rng.choice(["human", "augmented"])  # used by the ChartQA layout
-    chart["index"] = index
-    chart["image"] = _image_name(layout, split, index)
-    path = Path(out) / chart["image"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if chart["kind"] == bars.KIND:
-        path.write_bytes(encode_png(bars.render_bar_chart(chart, size)))
-    else:
-        path.write_bytes(render_chart(chart, size))
-    return chart
+def _outputs(layout: str, split: str) -> tuple[list[str], list[str]]:
+    """What a split consists of under the root: (folders it owns: images and tables, its index files).
+    A DVQA split owns no folder: its images are the `images/synth_{split}_*.png` of the shared folder."""
+    index = [f"charts_data/{split}.jsonl", f"charts_data/{split}.generation.json"]
+    if layout == "chartqa":
+        return [f"{split}/png", f"{split}/tables"], [f"{split}/{split}_human.json", f"{split}/{split}_augmented.json",
+                                                     *index]
+    if layout == "plotqa":
+        return [f"{split}/png"], [f"{split}/qa_pairs_V2.json", *index]
+    return [], [f"qa/{split}_qa.json", *index]
+
+
+def _shared_images(root: Path, split: str) -> list[str]:
+    """Names of the DVQA images of `split` in root/images (the folder every split shares)."""
+    pattern = re.compile(rf"synth_{re.escape(split)}_\d{{8}}\.png")
+    folder = root / "images"
+    return sorted(n for n in os.listdir(folder) if pattern.fullmatch(n)) if folder.is_dir() else []
+
+
+def _conflict(root: Path, layout: str, split: str, num: int) -> Path | None:
+    """The first existing path that writing `split` would replace or shadow: an index file of the split
+    (also one the reader would take instead, e.g. PlotQA's qa_pairs_V1.json, ChartQA's parquet files),
+    or an image or table of the same name."""
+    folders, index = _outputs(layout, split)
+    others = {"chartqa": [*sorted((root / "data").glob(f"{split}-*.parquet")), *sorted(root.glob(f"{split}-*.parquet"))],
+              "plotqa": [root / split / "qa_pairs_V1.json"], "dvqa": [root / f"{split}_qa.json"]}[layout]
+    for path in [root / rel for rel in index] + others:
+        if path.exists():
+            return path
+    def written(rel: str) -> bool:  # is rel the name of an image or table chart 0..num-1 gets
+        found = re.search(r"(\d+)\.(png|csv)$", rel)
+        if not found or int(found[1]) >= num:
+            return False
+        image = _image_name(layout, split, int(found[1]))
+        return rel == image or (layout == "chartqa" and rel == f"{split}/tables/{Path(image).stem}.csv")
+
+    for folder in folders + (["images"] if layout == "dvqa" else []):
+        if (root / folder).is_dir():
+            clash = sorted(n for n in os.listdir(root / folder) if written(f"{folder}/{n}"))
+            if clash:
+                return root / folder / clash[0]
+    return None
+
+
+def _move(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(src, dest)
+
+
+def _merge(src: Path, dest: Path) -> None:
+    """Move folder `src` to `dest`, or its files into `dest` when that exists."""
+    if not dest.exists():
+        _move(src, dest)
+        return
+    for item in sorted(src.iterdir()):
+        os.replace(item, dest / item.name)
+
+
+def _install(partial: Path, root: Path, layout: str, split: str, overwrite: bool) -> None:
+    """Move the complete split built in `partial` into `root`. With `overwrite` the earlier split goes
+    first (its index files before its images, so it stops being loadable before it changes) and is
+    deleted at the end; the new images and tables go in before the new index files."""
+    folders, index = _outputs(layout, split)
+    old = root / f".{split}.old"
+    remove(old)
+    if overwrite:
+        for rel in index + folders:
+            if (root / rel).exists():
+                _move(root / rel, old / rel)
+        for name in _shared_images(root, split) if layout == "dvqa" else []:
+            _move(root / "images" / name, old / "images" / name)
+    _move(partial / "generation.json", partial / "charts_data" / f"{split}.generation.json")
+    for rel in folders + (["images"] if layout == "dvqa" else []):
+        _merge(partial / rel, root / rel)
+    for rel in index:
+        _move(partial / rel, root / rel)
+    remove(old)
+    remove(partial)
 
 
 def _write_json(path: Path, obj, lines: bool = False) -> None:
-    """Write JSON atomically (temporary file, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(path, "w", encoding="utf-8") as f:
         if lines:
             for item in obj:
                 f.write(json.dumps(item, ensure_ascii=False) + "\n")
         else:
             json.dump(obj, f, ensure_ascii=False)
-    os.replace(tmp, path)
 
 
 def _json_number(text: str):
@@ -384,29 +461,107 @@ def _json_number(text: str):
     return int(value) if value == value.to_integral_value() else float(text)
 
 
-def write_chart_dataset(out, layout: str, num: int, seed: int = 0, split: str = "train", *, workers: int = 1,
-                        size=(512, 400), questions_per_chart: int = 3, kinds=KINDS, value_kinds=VALUE_KINDS,
-                        bar_axis_max: int = 100, bar_places: int = 0, bars_per_chart=1,
-                        progress: bool = False) -> dict:
-    """Render `num` charts with `questions_per_chart` questions each into `out` in `layout`.
+class _Plan:
+    """One split of a chart dataset (the plan interface of `data_synth.dataset.build_partial`): chart
+    `index` is drawn from its own stream, seeded by (seed, split, index)."""
 
-    kinds: from ALL_KINDS (default the matplotlib kinds). The "bars_axis" kind takes bar_axis_max (values
-    0 .. bar_axis_max - 10**-bar_places), bar_places (decimals of the values and answers) and
-    bars_per_chart (N or (lowest, highest)); its images may be as small as the layout allows (56 px works
-    for the defaults), the matplotlib kinds need >= 64 px. Returns {"root", "layout", "split", "charts",
-    "questions", "data_file"}; `root` is what the matching reader takes (`read_chartqa(root, split)` etc.).
-    """
+    name, noun, unit = "charts", "charts", "chart"
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.total = cfg["num"]
+        self.chunk = 16 if set(cfg["kinds"]) - {bars.KIND} else 256
+        bar, unseen = cfg["bar"], cfg["unseen"]
+        values = None
+        if unseen is not None:
+            held = bars.unseen_values(bar["axis_max"], bar["places"], unseen["fraction"], unseen["seed"])
+            values = held if unseen["split_holds"] == "unseen" else sorted(
+                set(range(bar["axis_max"] * 10 ** bar["places"])) - set(held))
+        self.bar_options = {"axis_max": bar["axis_max"], "places": bar["places"], "bars": tuple(bar["bars"]),
+                            "noise": bar["noise"], "values": values}
+        self.questions = 0
+
+    def chart(self, index: int) -> dict:
+        """The data, questions and image name of chart `index` (no drawing)."""
+        cfg = self.cfg
+        rng = random.Random(f"charts:{cfg['seed']}:{cfg['split']}:{index}")
+        chart = make_chart(rng, cfg["kinds"], cfg["value_kinds"], self.bar_options)
+        chart["questions"] = make_questions(chart, rng, cfg["questions_per_chart"])
+        chart["subset"] = rng.choice(["human", "augmented"])  # used by the ChartQA layout
+        chart["index"] = index
+        chart["image"] = _image_name(cfg["layout"], cfg["split"], index)
+        return chart
+
+    def render(self, index: int, root: Path) -> str:
+        chart = self.chart(index)
+        size = tuple(self.cfg["size"])
+        data = (encode_png(bars.render_bar_chart(chart, size)) if chart["kind"] == bars.KIND
+                else render_chart(chart, size))
+        write_file(root / chart["image"], data)
+        return json.dumps(chart, ensure_ascii=False)
+
+    def is_done(self, row: dict, root: Path) -> bool:
+        return (root / row["image"]).is_file()
+
+    def finish(self, root: Path, done: dict[int, str]) -> None:
+        """The layout's index files, the ChartQA tables and charts_data/{split}.jsonl, under root."""
+        layout, split = self.cfg["layout"], self.cfg["split"]
+        charts = [json.loads(done[i]) for i in range(self.total)]
+        records = {"human": [], "augmented": []} if layout == "chartqa" else []
+        for chart in charts:
+            name = chart["image"].rsplit("/", 1)[-1]
+            for q in chart["questions"]:
+                if layout == "chartqa":
+                    rows = records[chart["subset"]]
+                    q["ref"] = {"subset": chart["subset"], "record": len(rows)}
+                    rows.append({"imgname": name, "query": q["question"], "label": q["answer"]})
+                elif layout == "plotqa":
+                    q["ref"] = {"question_id": len(records)}
+                    records.append({"image_index": chart["index"], "question_string": q["question"],
+                                    "answer": _json_number(q["answer"]) if q["numeric"] else q["answer"],
+                                    "answer_bbox": {}, "template": q["template"], "type": q["qtype"],
+                                    "question_id": len(records)})
+                else:
+                    q["ref"] = {"question_id": len(records)}
+                    records.append({"question_id": len(records), "image": name, "question": q["question"],
+                                    "answer": q["answer"], "template_id": q["template_id"], "answer_bbox": []})
+            if layout == "chartqa":
+                table = root / split / "tables" / name.replace(".png", ".csv")
+                table.parent.mkdir(parents=True, exist_ok=True)
+                with open(table, "w", newline="", encoding="utf-8") as f:
+                    writer = csv.writer(f)
+                    writer.writerow([chart["x_label"], *[s["name"] or chart["y_label"] for s in chart["series"]]])
+                    for k, cat in enumerate(chart["categories"]):
+                        writer.writerow([cat, *[s["values"][k] for s in chart["series"]]])
+        _write_json(root / "charts_data" / f"{split}.jsonl", charts, lines=True)
+        if layout == "chartqa":
+            for subset, rows in records.items():
+                _write_json(root / split / f"{split}_{subset}.json", rows)
+        elif layout == "plotqa":
+            _write_json(root / split / "qa_pairs_V2.json", {"qa_pairs": records})
+        else:
+            _write_json(root / "qa" / f"{split}_qa.json", records)
+        self.questions = sum(len(c["questions"]) for c in charts)
+
+
+def _config(layout, num, seed, split, size, questions_per_chart, kinds, value_kinds, bar_axis_max, bar_places,
+            bars_per_chart, bar_noise, unseen_fraction, unseen_seed, unseen_split) -> dict:
+    """The JSON-ready generation config of one split (validated); equal configs give identical splits."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if num < 1 or questions_per_chart < 1:
-        raise ValueError(f"num and questions_per_chart must be >= 1, got {num} and {questions_per_chart}")
+    check_int("num", num, 1, MAX_ITEMS)
+    check_int("questions_per_chart", questions_per_chart, 1, MAX_QUESTIONS)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    check_split_name(split)
     bad = [k for k in kinds if k not in ALL_KINDS] + [v for v in value_kinds if v not in VALUE_KINDS]
     if bad or not kinds or not value_kinds:
         raise ValueError(f"unknown or empty kinds/value_kinds: {bad}; choose from {ALL_KINDS} and {VALUE_KINDS}")
     least = 64 if set(kinds) - {bars.KIND} else 16  # bars_axis: `bars.layout` says what fits
-    if not (isinstance(size, (tuple, list)) and len(size) == 2 and all(isinstance(v, int) for v in size)
-            and min(size) >= least):
-        raise ValueError(f"size must be (width, height) of at least {least} px, got {size!r}")
+    if not (isinstance(size, (tuple, list)) and len(size) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and least <= v <= MAX_SIDE for v in size)):
+        raise ValueError(f"size must be (width, height) of at least {least} px and at most {MAX_SIDE} px, "
+                         f"got {size!r}")
     try:
         lo, hi = (bars_per_chart,) * 2 if isinstance(bars_per_chart, int) else (int(v) for v in bars_per_chart)
     except (TypeError, ValueError):
@@ -414,74 +569,63 @@ def write_chart_dataset(out, layout: str, num: int, seed: int = 0, split: str = 
     if not 1 <= lo <= hi:
         raise ValueError(f"bars_per_chart must be N or (lowest, highest) with 1 <= lowest <= highest, got "
                          f"{bars_per_chart!r}")
-    bar_options = (("axis_max", bar_axis_max), ("places", bar_places), ("bars", (lo, hi)))
     if bars.KIND in kinds:
         bars.layout(size, bar_axis_max, bar_places, hi)  # ValueError when the image cannot hold the axis
-    out = Path(out)
-    jobs = [(str(out), layout, split, seed, i, tuple(size), questions_per_chart, tuple(kinds), tuple(value_kinds),
-             bar_options) for i in range(num)]
-    from tqdm import tqdm
+    if isinstance(bar_noise, bool) or not isinstance(bar_noise, (int, float)) or not 0 <= bar_noise <= bars.MAX_NOISE:
+        raise ValueError(f"bar_noise must be a number in 0..{bars.MAX_NOISE:g}, got {bar_noise!r}")
+    unseen = None
+    if check_fraction(unseen_fraction) > 0:
+        if set(kinds) != {bars.KIND}:
+            raise ValueError(f"unseen_fraction holds values of the {bars.KIND} axis out; it needs kinds={bars.KIND} "
+                             "alone")
+        held = bars.unseen_values(bar_axis_max, bar_places, float(unseen_fraction), unseen_seed)
+        unseen = {"fraction": float(unseen_fraction), "seed": unseen_seed,
+                  "split_holds": "unseen" if unseen_split else "seen",
+                  "values": [bars.value_text(u, bar_places) for u in held]}
+    elif unseen_split:
+        raise ValueError("unseen_split needs unseen_fraction > 0 (the fraction of values held out)")
+    return {"layout": layout, "split": split, "num": num, "seed": seed, "size": list(size),
+            "questions_per_chart": questions_per_chart, "kinds": list(kinds), "value_kinds": list(value_kinds),
+            "bar": {"axis_max": bar_axis_max, "places": bar_places, "bars": [lo, hi], "noise": float(bar_noise)},
+            "unseen": unseen}
 
-    bar = tqdm(total=num, desc=f"charts ({layout}, {split})", unit="chart", disable=not progress)
-    charts = []
-    try:
-        if workers > 1:
-            import multiprocessing
 
-            chunk = max(1, min(16 if set(kinds) - {bars.KIND} else 256, num // (4 * workers)))
-            with multiprocessing.get_context("spawn").Pool(workers, ignore_sigint) as pool:
-                for chart in pool.imap(_make_one, jobs, chunksize=chunk):
-                    charts.append(chart)
-                    bar.update()
-        else:
-            for job in jobs:
-                charts.append(_make_one(job))
-                bar.update()
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM under `data-synth` (see writer.sigterm_as_interrupt)
-        bar.close()
-        print(f"data-synth charts: interrupted with {len(charts)} of {num} charts drawn; no index file was "
-              f"written, so {out} holds no new loadable {split} split; run again to draw them all", file=sys.stderr)
-        raise
-    bar.close()
+def write_chart_dataset(out, layout: str, num: int, seed: int = 0, split: str = "train", *, workers: int = 1,
+                        size=(512, 400), questions_per_chart: int = 3, kinds=KINDS, value_kinds=VALUE_KINDS,
+                        bar_axis_max: int = 100, bar_places: int = 0, bars_per_chart=1, bar_noise: float = 0.0,
+                        unseen_fraction: float = 0.0, unseen_seed: int = 0, unseen_split: bool = False,
+                        resume: bool = False, overwrite: bool = False, progress: bool = False) -> dict:
+    """Render `num` charts with `questions_per_chart` questions each as split `split` of `out` in `layout`.
 
-    records = {"human": [], "augmented": []} if layout == "chartqa" else []
-    for chart in charts:
-        name = chart["image"].rsplit("/", 1)[-1]
-        for q in chart["questions"]:
-            if layout == "chartqa":
-                rows = records[chart["subset"]]
-                q["ref"] = {"subset": chart["subset"], "record": len(rows)}
-                rows.append({"imgname": name, "query": q["question"], "label": q["answer"]})
-            elif layout == "plotqa":
-                q["ref"] = {"question_id": len(records)}
-                records.append({"image_index": chart["index"], "question_string": q["question"],
-                                "answer": _json_number(q["answer"]) if q["numeric"] else q["answer"],
-                                "answer_bbox": {}, "template": q["template"], "type": q["qtype"],
-                                "question_id": len(records)})
-            else:
-                q["ref"] = {"question_id": len(records)}
-                records.append({"question_id": len(records), "image": name, "question": q["question"],
-                                "answer": q["answer"], "template_id": q["template_id"], "answer_bbox": []})
-        if layout == "chartqa":
-            table = out / split / "tables" / name.replace(".png", ".csv")
-            table.parent.mkdir(parents=True, exist_ok=True)
-            with open(table, "w", newline="", encoding="utf-8") as f:
-                writer = csv.writer(f)
-                writer.writerow([chart["x_label"], *[s["name"] or chart["y_label"] for s in chart["series"]]])
-                for k, cat in enumerate(chart["categories"]):
-                    writer.writerow([cat, *[s["values"][k] for s in chart["series"]]])
+    kinds: from ALL_KINDS (default the matplotlib kinds). The "bars_axis" kind takes bar_axis_max (values
+    0 .. bar_axis_max - 10**-bar_places), bar_places (decimals of the values and answers), bars_per_chart
+    (N or (lowest, highest)) and bar_noise (pixel noise std, 0..32 levels; default none); its images may
+    be as small as the layout allows (56 px works for the defaults), the matplotlib kinds need >= 64 px;
+    every side at most 4096 px. unseen_fraction > 0 (bars_axis alone) holds that fraction of the axis
+    values out (`bars.unseen_values(bar_axis_max, bar_places, unseen_fraction, unseen_seed)`, the same for
+    every split): the split holds only the other values, or with unseen_split=True only those.
 
-    data_file = out / "charts_data" / f"{split}.jsonl"
-    _write_json(data_file, charts, lines=True)
-    if layout == "chartqa":
-        for subset, rows in records.items():
-            _write_json(out / split / f"{split}_{subset}.json", rows)
-    elif layout == "plotqa":
-        _write_json(out / split / "qa_pairs_V2.json", {"qa_pairs": records})
-    else:
-        _write_json(out / "qa" / f"{split}_qa.json", records)
-    return {"root": str(out), "layout": layout, "split": split, "charts": len(charts),
-            "questions": sum(len(c["questions"]) for c in charts), "data_file": str(data_file)}
+    Other splits in `out` and files that are not this split's are never touched. The split is built in
+    `out/.{split}.partial` and moved in when complete (`resume=True` continues an interrupted build);
+    an existing split (its index files, or an image or table it would write) is refused unless
+    `overwrite`, which replaces the earlier split (its png/ and tables/ folders, for DVQA its
+    images/synth_{split}_*.png) only once the new one is complete. Returns {"root", "layout", "split",
+    "charts", "questions", "data_file"}; `root` is what the matching reader takes (`read_chartqa(root,
+    split)` etc.). Deterministic in (arguments, seed, split) whatever `workers`; ValueError on bad arguments.
+    """
+    cfg = _config(layout, num, seed, split, size, questions_per_chart, kinds, value_kinds, bar_axis_max, bar_places,
+                  bars_per_chart, bar_noise, unseen_fraction, unseen_seed, unseen_split)
+    check_workers(workers)
+    plan = _Plan(cfg)
+    root = Path(out)
+    clash = None if overwrite else _conflict(root, layout, split, num)
+    if clash is not None:
+        raise FileExistsError(f"{clash} exists; choose another --out or pass --overwrite")
+    partial = root / f".{split}.partial"
+    build_partial(partial, plan, workers=workers, resume=resume, progress=progress, desc=f"charts ({layout}, {split})")
+    _install(partial, root, layout, split, overwrite)
+    return {"root": str(root), "layout": layout, "split": split, "charts": num, "questions": plan.questions,
+            "data_file": str(root / "charts_data" / f"{split}.jsonl")}
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -494,6 +638,8 @@ def _size(text: str) -> tuple[int, int]:
         sides = []
     if len(sides) not in (1, 2):
         raise argparse.ArgumentTypeError(f"size must look like 512x400 (or 56 for a square), got {text!r}")
+    if max(sides) > MAX_SIDE:
+        raise argparse.ArgumentTypeError(f"each side must be at most {MAX_SIDE} px, got {text!r}")
     return sides[0], sides[-1]
 
 
@@ -503,6 +649,19 @@ def _count_range(text: str) -> tuple[int, int]:
         return int(lo), int(hi or lo)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected N or LO-HI, got {text!r}") from None
+
+
+def _number(lo: float, hi: float, closed: bool = True):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (lo <= value <= hi if closed else lo <= value < hi):
+            raise argparse.ArgumentTypeError(f"expected a number in {lo:g}..{hi:g}{'' if closed else ' (excluded)'}, "
+                                             f"got {text!r}")
+        return value
+    return parse
 
 
 def _names(allowed):
@@ -516,19 +675,18 @@ def _names(allowed):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import Parser  # one-line usage errors, --x_y for --x-y
-
     p = Parser(prog="data-synth charts",
-                                description="Render charts with known values in the ChartQA / PlotQA / DVQA layout.")
+               description="Render charts with known values in the ChartQA / PlotQA / DVQA layout, one split a run.")
     p.add_argument("--layout", required=True, choices=LAYOUTS)
     p.add_argument("--num", type=int, required=True, help="number of charts")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="dataset root (what the reader takes)")
+    p.add_argument("--out", required=True, help="dataset root (what the reader takes); other splits there are kept")
     p.add_argument("--split", default="train")
     p.add_argument("--workers", type=int, default=1, help="processes (output is identical for any value)")
-    p.add_argument("--questions-per-chart", type=int, default=3)
+    p.add_argument("--questions-per-chart", type=int, default=3, help=f"1..{MAX_QUESTIONS} (default 3)")
     p.add_argument("--size", type=_size, default=(512, 400),
-                   help="WIDTHxHEIGHT in pixels, or one number for a square (default 512x400)")
+                   help=f"WIDTHxHEIGHT in pixels, or one number for a square, each side at most {MAX_SIDE} "
+                        "(default 512x400)")
     p.add_argument("--kinds", type=_names(ALL_KINDS), default=KINDS,
                    help=f"comma list of {','.join(ALL_KINDS)} (default: all but {bars.KIND})")
     p.add_argument("--value-kinds", type=_names(VALUE_KINDS), default=VALUE_KINDS,
@@ -539,17 +697,33 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--bar-places", type=int, default=0, help="decimals of values and answers: 0, 1 or 2 (default 0)")
     g.add_argument("--bars", type=_count_range, default=(1, 1),
                    help="bars per chart, N or LO-HI (default 1); several are labelled A, B, ...")
+    g.add_argument("--bar-noise", type=_number(0, bars.MAX_NOISE), default=0.0,
+                   help=f"std of pixel noise, 0..{bars.MAX_NOISE:g} levels of 255 (default 0: none)")
+    g.add_argument("--unseen-fraction", type=_number(0, 1, closed=False), default=0.0,
+                   help="hold this fraction of the axis values out (the same values for every split; every digit "
+                        "stays at every place in the rest); this split holds the other values")
+    g.add_argument("--unseen-seed", type=int, default=0, help="seed of the held-out values (default 0)")
+    g.add_argument("--unseen-split", action="store_true",
+                   help="this split holds only the held-out values (e.g. --split test_unseen)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace this split if it exists (once the new one is complete)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     try:
         info = write_chart_dataset(args.out, args.layout, args.num, args.seed, args.split, workers=args.workers,
                                    size=args.size, questions_per_chart=args.questions_per_chart, kinds=args.kinds,
                                    value_kinds=args.value_kinds, bar_axis_max=args.bar_axis_max,
-                                   bar_places=args.bar_places, bars_per_chart=args.bars,
+                                   bar_places=args.bar_places, bars_per_chart=args.bars, bar_noise=args.bar_noise,
+                                   unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed,
+                                   unseen_split=args.unseen_split, resume=args.resume, overwrite=args.overwrite,
                                    progress=not args.no_progress)
-    except ValueError as e:
+    except (ValueError, FileExistsError) as e:
         print(f"data-synth charts: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"data-synth charts: cannot write: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as e:
         return interrupt_status(e)
     print(f"wrote {info['charts']} charts, {info['questions']} questions ({info['layout']} layout, split "

@@ -1,46 +1,47 @@
 """`data-synth` command: each subcommand lives in the module that does the work.
 
-Every subcommand parses with `Parser`: a usage error is one line on stderr (exit status 2), and options
-are taken spelt with underscores too (--answer_format for --answer-format). `vlm-smmd` uses the same class.
+Every subcommand parses with `Parser` (data_synth/args.py): a usage error is one line on stderr (exit
+status 2), and options are taken spelt with underscores too (--answer_format for --answer-format).
+`vlm-smmd` uses the same class, imported from here (which loads nothing heavy).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from importlib import import_module
+
+from .args import Parser
+
+__all__ = ["COMMANDS", "SYNTH_MODULES", "Parser", "main", "missing_extra", "usage"]
 
 # name -> (module, function taking argv, one-line help)
 COMMANDS = {
     "clocks": ("data_synth.writer", "clocks_main", "render an analog-clock dataset (HF imagefolder per split)"),
     "charts": ("data_synth.charts", "main", "render charts with known values in ChartQA / PlotQA / DVQA layout"),
     "arithmetic": ("data_synth.arithmetic", "main", "arithmetic problems with exact answers (JSONL per split)"),
+    "word-problems": ("data_synth.word_problems", "main", "templated math word problems (JSONL per split)"),
     "gallery": ("data_synth.clocks", "gallery_main", "a labelled grid of varied clocks as one PNG"),
 }
 
 
-class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose usage errors are one line (exit status 2) and which takes every option also
-    spelt with underscores (--max_new_tokens for --max-new-tokens; --help shows the dash form)."""
+# the top-level modules of the `synth` extra (pyproject.toml): a command that misses one says what to install
+SYNTH_MODULES = frozenset({"PIL", "numpy", "matplotlib", "tqdm"})
 
-    def parse_known_args(self, args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args([self._dashed(a) for a in args], namespace)
 
-    def _dashed(self, arg: str) -> str:
-        if not arg.startswith("--") or "_" not in arg:
-            return arg
-        name, eq, value = arg.partition("=")
-        dashed = "--" + name[2:].replace("_", "-")
-        return dashed + eq + value if dashed in self._option_string_actions else arg
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+def missing_extra(program: str, error: ModuleNotFoundError, modules, extra: str, what: str) -> int | None:
+    """For a module of `extra` missing: one line on stderr naming the extra to install; returns exit status 1.
+    None for any other missing module (a bug or a broken install: the caller re-raises it)."""
+    module = (error.name or "").partition(".")[0]
+    if module not in modules:
+        return None
+    print(f"{program}: error: needs the {what} (missing module {module!r}): pip install 'vlm-smmd[{extra}]'",
+          file=sys.stderr)
+    return 1
 
 
 def usage() -> str:
     lines = ["usage: data-synth COMMAND [options]   (data-synth COMMAND --help for its options)", "", "commands:"]
-    lines += [f"  {name:<11} {text}" for name, (_, _, text) in COMMANDS.items()]
+    lines += [f"  {name:<13} {text}" for name, (_, _, text) in COMMANDS.items()]
     return "\n".join(lines)
 
 
@@ -53,7 +54,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"data-synth: error: unknown command {argv[0]!r}; choose from {', '.join(COMMANDS)} (see data-synth "
               "--help)", file=sys.stderr)
         return 2
-    from .writer import interrupt_status, sigterm_as_interrupt
+    try:
+        return _run(argv)
+    except ModuleNotFoundError as e:
+        status = missing_extra(f"data-synth {argv[0]}", e, SYNTH_MODULES, "synth", "synth extra")
+        if status is None:
+            raise
+        return status
+
+
+def _run(argv: list[str]) -> int:
+    from .dataset import interrupt_status, sigterm_as_interrupt  # numpy: not needed for --help or `Parser`
 
     module, func, _ = COMMANDS[argv[0]]
     try:

@@ -13,6 +13,7 @@ variant, distractor lines, noise offset) come from a second stream of the same s
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 import random
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+from .args import Parser
 
 Color = tuple[int, int, int]
 
@@ -153,6 +156,7 @@ class ClockStyle:
 
 
 STYLE_FIELDS = tuple(f.name for f in fields(ClockStyle))
+_RANGES = {f.name: f.metadata["range"] for f in fields(ClockStyle) if "range" in f.metadata}
 
 
 @lru_cache(maxsize=1)
@@ -356,6 +360,57 @@ def style_for_seed(seed: int, overrides: dict | None = None, fonts: tuple[str, .
                    ) -> ClockStyle:
     """The style `render_clock(..., style=None, seed=seed)` draws."""
     return random_style(random.Random(f"style:{seed}"), overrides, fonts)
+
+
+def vary_style(style: ClockStyle, seed: int) -> ClockStyle:
+    """`style` varied for one image, drawn from `seed`: hand colours, widths and lengths, and the face's
+    size, border, ticks, centre cap and background colour move around the style's values (face colour and
+    fill, numerals, fonts, hand tips and the second hand stay as they are).
+
+    The hands stay as distinguishable as the style made them: the hour hand stays shorter than the minute
+    hand, the wider of the two stays the wider, two different hand colours each move by at most a third of
+    their distance (so they stay at least a third apart) and equal colours move together.
+    """
+    rng = random.Random(f"vary:{seed}")
+
+    def scaled(name, factor):  # the style's value times `factor`, kept in the attribute's range
+        lo, hi = _RANGES[name]
+        return round(min(hi, max(lo, getattr(style, name) * factor)), 3)
+
+    def shifted(color, spread):
+        return tuple(min(255, max(0, c + rng.randint(-spread, spread))) for c in color)
+
+    def paired(name_a, name_b, lo, hi, common=1.0):  # two hands' values, never in the reverse order
+        a, b = getattr(style, name_a), getattr(style, name_b)
+        fa, fb = rng.uniform(lo, hi), rng.uniform(lo, hi)
+        if a != b and (a - b) * (a * fa - b * fb) <= 0:
+            fa, fb = fb, fa
+        return scaled(name_a, common * fa), scaled(name_b, common * fb)
+
+    hour_c, minute_c = style.hour_hand_color, style.minute_hand_color
+    apart = max(abs(a - b) for a, b in zip(hour_c, minute_c))
+    if apart == 0:
+        hour_color = minute_color = shifted(hour_c, 40)
+    else:
+        hour_color, minute_color = shifted(hour_c, min(40, apart // 3)), shifted(minute_c, min(40, apart // 3))
+    common = math.exp(rng.uniform(math.log(0.8), math.log(1.25)))
+    widths = paired("hour_hand_width", "minute_hand_width", 0.9, 1.1, common)
+    lengths = paired("hour_hand_length", "minute_hand_length", 0.92, 1.08)
+    if lengths[0] >= lengths[1]:  # rounding made them equal: keep the style's lengths
+        lengths = style.hour_hand_length, style.minute_hand_length
+    varied = copy.copy(style)  # every value below is in its attribute's range: no validation needed
+    for name, value in (
+            ("hour_hand_color", hour_color), ("minute_hand_color", minute_color),
+            ("hour_hand_width", widths[0]), ("minute_hand_width", widths[1]),
+            ("hour_hand_length", lengths[0]), ("minute_hand_length", lengths[1]),
+            ("face_radius", scaled("face_radius", rng.uniform(0.88, 1.0))),
+            ("border_width", scaled("border_width", rng.uniform(0.6, 1.4))),
+            ("tick_length", scaled("tick_length", rng.uniform(0.8, 1.2))),
+            ("tick_width", scaled("tick_width", rng.uniform(0.8, 1.2))),
+            ("center_cap", scaled("center_cap", rng.uniform(0.8, 1.25))),
+            ("background_color", shifted(style.background_color, 30))):
+        setattr(varied, name, value)
+    return varied
 
 
 # ------------------------------------------------------------------------------------------- geometry
@@ -728,8 +783,6 @@ def make_gallery(num: int = 16, seed: int = 0, size: int = 192, cols: int | None
 
 def gallery_main(argv: list[str] | None = None) -> int:
     """`data-synth gallery --out FILE.png [--num N] [--seed S] [--size PX] [--cols C]`."""
-    from .cli import Parser  # one-line usage errors, --x_y for --x-y
-
     p = Parser(prog="data-synth gallery", description="A labelled grid of varied clocks.")
     p.add_argument("--out", required=True, help="output PNG file")
     p.add_argument("--num", type=int, default=16, help="number of clocks (default 16)")

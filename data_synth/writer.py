@@ -1,40 +1,58 @@
 """Write clock datasets: a Hugging Face imagefolder per split, in parallel, atomically, deterministically.
 
 Layout of `out/`:
-    generation.json                  the arguments that made the dataset (seed, size, styles, ...)
+    generation.json                  the arguments that made the dataset (seed, size, styles, unseen times, ...)
     {split}/metadata.jsonl           one row per image: file_name, question, answer, hour, minute, second,
                                      index, render_seed and every ClockStyle attribute
     {split}/{index // 1000:04d}/{index:08d}.png
 
-Image `index` (0..num-1) gets its own seed from (seed, index) alone, so the bytes do not depend on the
-worker count or on interruptions. Splits take contiguous index blocks in the order given. The dataset is
-built in `.{out}.partial` next to `out` and renamed when complete; `resume=True` continues a partial
-folder (rows of finished images are kept in its progress.jsonl). `build_dataset` is that machinery for
-any item-by-item dataset (the arithmetic writer uses it too); `encode_png` is the fast PNG encoder, and
-`sigterm_as_interrupt` makes SIGTERM end a command the way Ctrl-C does.
+Image `index` gets its own seed from (seed, index) alone, so the bytes do not depend on the worker count
+or on interruptions. Splits take contiguous index blocks in the order given (`num` images), then the
+`test_unseen` split when `unseen_fraction` holds dial times out of the others. Built with
+`data_synth.dataset.build_dataset`: in `.{out}.partial` next to `out`, renamed when complete;
+`resume=True` continues a partial folder.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
 import re
-import shutil
-import signal
-import struct
 import sys
-import threading
-import zlib
-from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
-from .clocks import ClockStyle, font_names, plain_style, render_clock, style_for_seed, system_fonts
+from .args import Parser, bounded_int
+from .clocks import (
+    ClockStyle,
+    font_names,
+    plain_style,
+    render_clock,
+    style_for_seed,
+    system_fonts,
+    vary_style,
+)
+from .dataset import (
+    MAX_ITEMS,
+    MAX_SIDE,
+    UNSEEN_SPLIT,
+    build_dataset,
+    check_fraction,
+    check_int,
+    encode_png,
+    interrupt_status,
+    item_seed,
+    parse_splits,
+    pick_unseen,
+    split_bounds,
+    split_counts,
+    split_of,
+    write_file,
+)
 
 ANSWER_FORMATS = ("h:mm", "hh:mm", "24h")
 _FORMAT_TEXT = {"h:mm": "H:MM", "hh:mm": "HH:MM", "24h": "24-hour HH:MM"}
@@ -91,62 +109,25 @@ def read_times(path) -> list[tuple[int, int, int | None, float]]:
     return out
 
 
-def parse_splits(text: str) -> dict[str, float]:
-    """"train=0.9,test=0.1" -> {"train": 0.9, "test": 0.1} (fractions > 0 summing to 1)."""
-    splits = {}
-    for part in text.split(","):
-        name, _, frac = part.partition("=")
-        name = name.strip()
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or name in splits:
-            raise ValueError(f"splits: bad or repeated split name {name!r} in {text!r}")
-        try:
-            splits[name] = float(frac)
-        except ValueError:
-            raise ValueError(f"splits: {part!r} is not name=fraction") from None
-        if not splits[name] > 0:
-            raise ValueError(f"splits: the fraction of {name!r} must be > 0")
-    if abs(sum(splits.values()) - 1) > 1e-6:
-        raise ValueError(f"splits: fractions must sum to 1, got {sum(splits.values())} in {text!r}")
-    return splits
+# -------------------------------------------------------------------------------------- dial times
+
+def dial_times() -> list[tuple[int, int]]:
+    """The 720 (hour 0..11, minute) readings of a 12-hour dial."""
+    return [(h, m) for h in range(12) for m in range(60)]
 
 
-def split_counts(num: int, splits: dict[str, float]) -> dict[str, int]:
-    """Image counts per split by largest remainder (they sum to num)."""
-    raw = {k: num * v for k, v in splits.items()}
-    counts = {k: int(v) for k, v in raw.items()}
-    for k in sorted(raw, key=lambda k: (counts[k] - raw[k], list(raw).index(k)))[: num - sum(counts.values())]:
-        counts[k] += 1
-    return counts
+def unseen_times(fraction: float, seed: int = 0) -> list[tuple[int, int]]:
+    """The dial times held out of training by `unseen_fraction=fraction, unseen_seed=seed`: a seeded fifth
+    (say) of the 720, chosen so that every hour and every minute value is still shown in training (so
+    every digit still occurs at every place of the training answers). A pure function of its arguments."""
+    return pick_unseen(dial_times(), lambda t: (("hour", t[0]), ("minute", t[1])), fraction, seed)
 
 
 # -------------------------------------------------------------------------------------------- items
 
-def _item_seed(seed: int, index: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"clocks:{seed}:{index}".encode()).digest()[:8], "little") >> 1
-
-
-def split_bounds(num: int, splits: dict[str, float], noun: str = "item") -> list[tuple[int, int, str]]:
-    """Contiguous index blocks (start, stop, name) per split, in the order given; ValueError when a split
-    would be empty."""
-    counts = split_counts(num, splits)
-    empty = [name for name, n in counts.items() if n == 0]
-    if empty:
-        raise ValueError(f"splits: {', '.join(empty)} would get no {noun} of {num}; raise num")
-    bounds, start = [], 0
-    for name, n in counts.items():
-        bounds.append((start, start + n, name))
-        start += n
-    return bounds
-
-
 class _Plan:
-    """Everything that decides the bytes of a clock dataset, and the recipe for one image from it.
-
-    The dataset builder (`build_dataset`) drives any plan with this interface: `cfg` (JSON-ready, saved as
-    generation.json), `name` (the command), `noun` and `unit` (messages, progress bar), `chunk` (items per
-    worker task), `render(index, root) -> progress line` (JSON with "index"),
-    `is_done(row, root)` (is a logged item still intact on disk) and `finish(root, done)`.
-    """
+    """Everything that decides the bytes of a clock dataset, and the recipe for one image from it (the
+    plan interface of `data_synth.dataset.build_partial`)."""
 
     name, noun, unit, chunk = "clocks", "images", "img", 64
 
@@ -164,6 +145,13 @@ class _Plan:
         if self.times is not None:
             self.cum = np.cumsum([w for *_, w in self.times]).tolist()
         self.bounds = split_bounds(cfg["num"], cfg["splits"], "image")
+        self.total = cfg["num"]
+        unseen = cfg["unseen"]
+        if unseen is not None:  # seen times for the splits, the held-out ones for test_unseen
+            held = {tuple(t) for t in unseen["times"]}
+            self.pools = ([t for t in dial_times() if t not in held], sorted(held))
+            self.bounds.append((cfg["num"], cfg["num"] + unseen["num"], UNSEEN_SPLIT))
+            self.total += unseen["num"]
 
     def _force(self, key, value, why):
         if self.style.get(key, value) != value:
@@ -171,17 +159,19 @@ class _Plan:
         self.style[key] = value
 
     def split_of(self, index: int) -> str:
-        for lo, hi, name in self.bounds:
-            if lo <= index < hi:
-                return name
-        raise IndexError(index)
+        return split_of(self.bounds, index)
 
     def item(self, index: int) -> tuple[dict, ClockStyle]:
         """(metadata row, style) of image `index`; cheap (no drawing)."""
         cfg = self.cfg
-        seed = _item_seed(cfg["seed"], index)
+        seed = item_seed("clocks", cfg["seed"], index)
         rng = random.Random(seed)
-        if self.times is None:
+        if cfg["unseen"] is not None:
+            pool = self.pools[index >= cfg["num"]]
+            h12, minute = pool[rng.randrange(len(pool))]
+            hour = h12 + 12 * rng.randrange(2)
+            second = rng.randrange(60) if cfg["with_seconds"] else None
+        elif self.times is None:
             hour, minute = rng.randrange(24), rng.randrange(60)
             second = rng.randrange(60) if cfg["with_seconds"] else None
         else:
@@ -192,6 +182,8 @@ class _Plan:
         question = rng.choice(cfg["questions"]).replace("{format}", fmt)
         if cfg["plain"]:
             style = plain_style(**self.style)
+            if cfg["variation"]:
+                style = vary_style(style, seed)
         else:
             style = style_for_seed(seed, self.style, self.fonts)
         row = {"file_name": f"{index // SHARD:04d}/{index:08d}.png", "question": question,
@@ -219,226 +211,42 @@ def _render_item(plan: _Plan, index: int, root: Path) -> str:
     row, style = plan.item(index)
     img = render_clock(row["hour"], row["minute"], row["second"], size=plan.cfg["size"], style=style,
                        seed=row["render_seed"])
-    path = root / plan.split_of(index) / row["file_name"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(encode_png(img))
-    os.replace(tmp, path)
+    write_file(root / plan.split_of(index) / row["file_name"], encode_png(img))
     return json.dumps(row)
-
-
-# PIL modes whose conversion to RGB or L loses nothing (palette lookup, 1-bit -> 0/255) or is defined
-# by the mode itself (YCbCr: the JPEG/JFIF transform). Alpha, CMYK (needs a colour profile), LAB, HSV,
-# 16/32-bit and float modes are refused rather than guessed.
-_CONVERTIBLE = {"1": "L", "P": "RGB", "YCbCr": "RGB"}
-
-
-def encode_png(img) -> bytes:
-    """PNG bytes of an image: the 'Up' filter on every row and zlib's RLE strategy.
-
-    RGB and L images are written as they are; 1-bit, opaque palette (P) and YCbCr images are converted
-    first (to L, RGB, RGB: the same pixels as PIL's `convert`); any other mode (alpha channels, P with a
-    transparent index, CMYK, LAB, HSV, I;16, I, F, ...) is a ValueError naming it.
-    About twice as fast as Pillow's encoder (which tries every filter on every row) at a similar size;
-    lossless (decoding gives the same pixels) and deterministic.
-    """
-    mode = getattr(img, "mode", None)
-    if mode in _CONVERTIBLE and not (mode == "P" and "transparency" in img.info):
-        img = img.convert(_CONVERTIBLE[mode])
-    elif mode not in ("RGB", "L"):
-        what = "a palette with a transparent index" if mode == "P" else f"mode {mode}"
-        raise ValueError(f"encode_png writes RGB or L images (1, P and YCbCr are converted); got {what}: "
-                         "convert it yourself (e.g. flatten alpha onto a background) first")
-    a = np.asarray(img)
-    if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] != 3):
-        raise ValueError(f"encode_png takes 8-bit RGB or L images, got mode {img.mode}")
-    h, w = a.shape[:2]
-    rows = a.reshape(h, -1)
-    filtered = np.empty((h, rows.shape[1] + 1), np.uint8)
-    filtered[:, 0] = 2  # filter type Up: each byte minus the byte above (mod 256)
-    filtered[0, 1:] = rows[0]
-    np.subtract(rows[1:], rows[:-1], out=filtered[1:, 1:])
-    z = zlib.compressobj(6, zlib.DEFLATED, 15, 9, zlib.Z_RLE)
-    data = z.compress(filtered.tobytes()) + z.flush()
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    color_type = 2 if a.ndim == 3 else 0
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color_type, 0, 0, 0))
-            + chunk(b"IDAT", data) + chunk(b"IEND", b""))
-
-
-# ---------------------------------------------------------------------------------- interruptions
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main process so that a run ends the way Ctrl-C ends it."""
-
-
-@contextmanager
-def sigterm_as_interrupt():
-    """While inside, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread, so worker pools
-    are shut down and partial output is closed cleanly; a second SIGTERM during that clean-up is ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def interrupt_status(error: KeyboardInterrupt) -> int:
-    """Exit status of a command stopped by a signal: 128 + SIGTERM (143) or 128 + SIGINT (130)."""
-    return 128 + (signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT)
-
-
-def ignore_sigint() -> None:
-    """Pool worker initialiser: Ctrl-C reaches the whole process group; only the parent handles it (it
-    terminates the pool), so workers print no KeyboardInterrupt tracebacks."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-# ------------------------------------------------------------------------------------------- writer
-
-_WORKER_PLAN = None
-
-
-def _worker_init(plan_class, cfg: dict) -> None:
-    global _WORKER_PLAN
-    ignore_sigint()
-    _WORKER_PLAN = plan_class(cfg)
-
-
-def _worker_run(task: tuple[str, list[int]]) -> list[str]:
-    root, indices = task
-    return [_WORKER_PLAN.render(i, Path(root)) for i in indices]
-
-
-def build_dataset(out, plan, *, workers: int = 1, resume: bool = False, overwrite: bool = False,
-                  progress: bool = True) -> Path:
-    """Build the dataset `plan` describes at `out`: in `.{out}.partial`, item by item (in `workers`
-    processes), each finished item logged in progress.jsonl so `resume=True` continues an interrupted
-    run; then `plan.finish` and a rename. Refuses an existing `out` unless `overwrite` (the old one is
-    replaced only once the new one is complete). Returns `out`."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    num = plan.cfg["num"]
-    out = Path(out)
-    tmp = out.parent / f".{out.name}.partial"
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    done = _prepare(tmp, plan, resume)
-    todo = [i for i in range(num) if i not in done]
-
-    from tqdm.auto import tqdm
-
-    with open(tmp / "progress.jsonl", "a", encoding="utf-8") as log, \
-            tqdm(total=num, initial=num - len(todo), desc=f"{plan.name} -> {out.name}", unit=plan.unit,
-                 disable=not progress, smoothing=0.05) as bar:
-        try:
-            if workers == 1:
-                for i in todo:
-                    done[i] = plan.render(i, tmp)
-                    log.write(done[i] + "\n")
-                    bar.update(1)
-            else:
-                import multiprocessing as mp
-
-                chunk = max(1, min(plan.chunk, len(todo) // (workers * 8)))
-                tasks = [(str(tmp), todo[k:k + chunk]) for k in range(0, len(todo), chunk)]
-                with mp.get_context("spawn").Pool(workers, _worker_init, (type(plan), plan.cfg)) as pool:
-                    for (_, indices), lines in zip(tasks, pool.imap(_worker_run, tasks)):
-                        for i, line in zip(indices, lines):
-                            done[i] = line
-                            log.write(line + "\n")
-                        log.flush()
-                        bar.update(len(lines))
-        except BaseException:
-            bar.close()
-            print(f"data-synth {plan.name}: interrupted with {len(done)} of {num} {plan.noun} done; the partial "
-                  f"dataset is in {tmp}; rerun with --resume to finish it", file=sys.stderr)
-            raise
-
-    plan.finish(tmp, done)
-    (tmp / "progress.jsonl").unlink()
-    if out.exists():  # overwrite: swap in the new dataset, then delete the old one
-        old = out.parent / f".{out.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, out)
-    return out
-
-
-def _prepare(tmp: Path, plan, resume: bool) -> dict[int, str]:
-    """Create (or, resuming, check) the partial folder; return {index: progress line} already done."""
-    cfg = plan.cfg
-    cfg_path = tmp / "generation.json"
-    if tmp.exists() and not resume:
-        raise FileExistsError(f"{tmp} holds an interrupted run; pass --resume to continue it, or delete it")
-    if not tmp.exists():
-        if resume:
-            print(f"data-synth {plan.name}: nothing to resume at {tmp}; starting afresh", file=sys.stderr)
-        tmp.mkdir(parents=True)
-        cfg_path.write_text(json.dumps(cfg, indent=1) + "\n")
-        return {}
-    saved = json.loads(cfg_path.read_text())
-    if saved != json.loads(json.dumps(cfg)):
-        diff = sorted(k for k in set(saved) | set(cfg) if saved.get(k) != json.loads(json.dumps(cfg.get(k))))
-        raise ValueError(f"cannot resume {tmp}: it was started with different arguments ({', '.join(diff)})")
-    done = {}
-    log = tmp / "progress.jsonl"
-    if log.exists():
-        for line in log.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-                index = row["index"]
-                intact = 0 <= index < cfg["num"] and plan.is_done(row, tmp)
-            except (ValueError, KeyError, TypeError):
-                continue  # the line being written when the run stopped; that item is made again
-            if intact:
-                done[index] = line
-        # rewrite the log without torn lines, so appends start on a fresh line
-        log.write_text("".join(done[i] + "\n" for i in sorted(done)), encoding="utf-8")
-    return done
 
 
 def write_clock_dataset(out, num: int, seed: int = 0, *, size: int = 448,
                         splits: dict[str, float] | str = "train=0.9,test=0.1", answer_format: str = "h:mm",
                         with_seconds: bool = False, style: dict | None = None, plain: bool = False,
-                        times=None, questions=None, system_font_pool: bool = False, workers: int = 1,
-                        resume: bool = False, overwrite: bool = False, progress: bool = True) -> Path:
+                        variation: bool = True, unseen_fraction: float = 0.0, unseen_seed: int = 0,
+                        unseen_num: int | None = None, times=None, questions=None, system_font_pool: bool = False,
+                        workers: int = 1, resume: bool = False, overwrite: bool = False, progress: bool = True) -> Path:
     """Render `num` clocks into an imagefolder dataset at `out`; returns `out`.
 
-    splits: {"train": 0.9, "test": 0.1} or "train=0.9,test=0.1". answer_format: h:mm | hh:mm | 24h
-    (24h turns on the AM/PM window), with_seconds adds ":SS" and the second hand. style: ClockStyle
-    attributes fixed for every image (the rest drawn per image), or with plain=True changes to the plain
-    style. times: None (uniform over 24 h) or (hour, minute, second|None, weight) tuples or a file for
+    splits: {"train": 0.9, "test": 0.1} or "train=0.9,test=0.1". size: 64..4096 px. answer_format: h:mm |
+    hh:mm | 24h (24h turns on the AM/PM window), with_seconds adds ":SS" and the second hand. style:
+    ClockStyle attributes fixed for every image (the rest drawn per image), or with plain=True changes to
+    the plain style; with plain=True and variation=True (the default) each image's hand colours, widths
+    and lengths and its face (size, border, ticks, cap, background colour) vary around that style
+    (`clocks.vary_style`), so no two images are alike. unseen_fraction > 0 holds that fraction of the 720
+    dial times out of every split (`unseen_times(unseen_fraction, unseen_seed)`) and writes them, and only
+    them, into an extra split `test_unseen` of `unseen_num` images (default: as many as the smallest split).
+    times: None (uniform over 24 h) or (hour, minute, second|None, weight) tuples or a file for
     `read_times`. questions: phrasings, one drawn per image; "{format}" becomes e.g. "H:MM".
     Deterministic in (arguments, seed) whatever `workers`; ValueError on bad arguments.
     """
-    cfg = _config(num, seed, size, splits, answer_format, with_seconds, style, plain, times, questions,
-                  system_font_pool)
+    cfg = _config(num, seed, size, splits, answer_format, with_seconds, style, plain, variation, unseen_fraction,
+                  unseen_seed, unseen_num, times, questions, system_font_pool)
     plan = _Plan(cfg)
     plan.item(0)  # fail early on a style that cannot be drawn
     return build_dataset(out, plan, workers=workers, resume=resume, overwrite=overwrite, progress=progress)
 
 
-def _config(num, seed, size, splits, answer_format, with_seconds, style, plain, times, questions,
-            system_font_pool) -> dict:
+def _config(num, seed, size, splits, answer_format, with_seconds, style, plain, variation, unseen_fraction,
+            unseen_seed, unseen_num, times, questions, system_font_pool) -> dict:
     """The JSON-ready generation config (validated); equal configs give identical datasets."""
-    for name, value, lo in (("num", num, 1), ("size", size, 64)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    check_int("num", num, 1, MAX_ITEMS)
+    check_int("size", size, 64, MAX_SIDE)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     if answer_format not in ANSWER_FORMATS:
@@ -460,10 +268,26 @@ def _config(num, seed, size, splits, answer_format, with_seconds, style, plain, 
     questions = list(questions or DEFAULT_QUESTIONS)
     if not all(isinstance(q, str) and q.strip() for q in questions):
         raise ValueError("questions must be non-empty strings")
+    if not isinstance(variation, bool):
+        raise ValueError(f"variation must be True or False, got {variation!r}")
+    unseen = None
+    if check_fraction(unseen_fraction) > 0:
+        if times is not None:
+            raise ValueError("unseen_fraction draws times uniformly from the dial; it cannot be combined with times")
+        if UNSEEN_SPLIT in splits:
+            raise ValueError(f"splits: {UNSEEN_SPLIT!r} is written by unseen_fraction; name the others only")
+        if unseen_num is None:
+            unseen_num = min(split_counts(num, splits).values())
+        check_int("unseen_num", unseen_num, 1, MAX_ITEMS - num)
+        held = unseen_times(unseen_fraction, unseen_seed)
+        unseen = {"fraction": float(unseen_fraction), "seed": unseen_seed, "num": unseen_num,
+                  "times": [list(t) for t in held]}
+    elif unseen_num is not None:
+        raise ValueError("unseen_num needs unseen_fraction > 0")
     fonts = list(font_names()) + (list(system_fonts()) if system_font_pool else [])
     return {"num": num, "seed": seed, "size": size, "splits": splits, "answer_format": answer_format,
-            "with_seconds": bool(with_seconds), "style": style, "plain": bool(plain), "times": times,
-            "questions": questions, "fonts": fonts}
+            "with_seconds": bool(with_seconds), "style": style, "plain": bool(plain), "variation": variation,
+            "unseen": unseen, "times": times, "questions": questions, "fonts": fonts}
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -510,17 +334,23 @@ def _style_help() -> str:
         "\n".join(parts)
 
 
+def _fraction(text: str) -> float:
+    try:
+        return check_fraction(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+
+
 def clocks_main(argv: list[str] | None = None) -> int:
     """`data-synth clocks --num N --seed S --out DIR [options]`."""
-    from .cli import Parser  # one-line usage errors, --x_y for --x-y
-
     p = Parser(
         prog="data-synth clocks", epilog=_style_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Render an analog-clock dataset: a Hugging Face imagefolder per split (images + metadata.jsonl).")
-    p.add_argument("--num", type=int, required=True, help="number of images (all splits)")
+    p.add_argument("--num", type=bounded_int(1, MAX_ITEMS), required=True, help="number of images (all splits)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder (built in .OUT.partial, renamed when complete)")
-    p.add_argument("--size", type=int, default=448, help="image side in px (default 448)")
+    p.add_argument("--size", type=bounded_int(64, MAX_SIDE), default=448,
+                   help=f"image side in px, 64..{MAX_SIDE} (default 448)")
     p.add_argument("--splits", default="train=0.9,test=0.1", help="name=fraction,... (default train=0.9,test=0.1)")
     p.add_argument("--answer-format", choices=ANSWER_FORMATS, default="h:mm",
                    help="h:mm = 3:07 (12-hour, default), hh:mm = 03:07, 24h = 15:07 (adds an AM/PM window)")
@@ -533,6 +363,15 @@ def clocks_main(argv: list[str] | None = None) -> int:
                    help="fix a ClockStyle attribute for every image, e.g. numerals=roman, face_color=#ffeecc "
                         "(repeatable)")
     p.add_argument("--plain", action="store_true", help="start from the plain style instead of random styles")
+    p.add_argument("--no-variation", action="store_true",
+                   help="with --plain, draw every image exactly in the style (by default hand colours, widths "
+                        "and lengths, face size, border, ticks and background vary per image around it)")
+    p.add_argument("--unseen-fraction", type=_fraction, default=0.0,
+                   help=f"hold this fraction of the 720 dial times out of every split and write them into an "
+                        f"extra split {UNSEEN_SPLIT} (every hour and minute value stays in training)")
+    p.add_argument("--unseen-seed", type=int, default=0, help="seed of the held-out times (default 0)")
+    p.add_argument("--unseen-num", type=bounded_int(1, MAX_ITEMS), default=None,
+                   help=f"images in {UNSEEN_SPLIT} (default: as many as the smallest split)")
     p.add_argument("--system-fonts", action="store_true",
                    help="also draw numerals with the system's fonts (the dataset then depends on the machine)")
     p.add_argument("--workers", type=int, default=1, help="processes (default 1); output is the same for any")
@@ -549,13 +388,19 @@ def clocks_main(argv: list[str] | None = None) -> int:
             style[key.strip()] = _style_value(key.strip(), value.strip())
         out = write_clock_dataset(
             args.out, args.num, args.seed, size=args.size, splits=args.splits, answer_format=args.answer_format,
-            with_seconds=args.with_seconds, style=style, plain=args.plain, times=args.times,
-            questions=args.question, system_font_pool=args.system_fonts, workers=args.workers,
+            with_seconds=args.with_seconds, style=style, plain=args.plain, variation=not args.no_variation,
+            unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
+            times=args.times, questions=args.question, system_font_pool=args.system_fonts, workers=args.workers,
             resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
     except (ValueError, FileExistsError) as e:
         print(f"data-synth clocks: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        print(f"data-synth clocks: cannot write: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as e:
         return interrupt_status(e)
-    print(f"wrote {args.num} clocks to {out}")
+    unseen = json.loads((out / "generation.json").read_text())["unseen"]
+    extra = f" and {unseen['num']} with held-out times in {UNSEEN_SPLIT}" if unseen else ""
+    print(f"wrote {args.num} clocks{extra} to {out}")
     return 0

@@ -187,7 +187,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("signum, group", [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["term", "ctrl-c"])
 def test_signal_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp_path, in_tmp, signum, group):
-    """Issue 14.8: SIGTERM to `data-synth clocks --workers 2` printed ~60 lines of BrokenPipe tracebacks.
+    """SIGTERM or Ctrl-C to `data-synth clocks --workers 2` ends with one line, no worker tracebacks.
     SIGTERM goes to the main process alone (`kill PID`); Ctrl-C reaches the workers too."""
     num = 2000
     args = ["clocks", "--num", str(num), "--seed", "6", "--size", "64", "--out", "ds", "--workers", "2",
@@ -217,7 +217,7 @@ def test_encode_png_is_lossless():
 
 
 def test_encode_png_converts_palette_bilevel_and_ycbcr_like_pil():
-    """Issue 14.9: a P-mode image's palette indices were written as grey levels."""
+    """A P-mode image is written as its palette colours, never as its indices taken for grey levels."""
     rng = np.random.default_rng(1)
     rgb = Image.fromarray(rng.integers(0, 256, (23, 31, 3), dtype=np.uint8))
     palette = rgb.quantize(colors=40)
