@@ -4,7 +4,8 @@ Shape of a Qwen2.5-VL-3B batch on the CPU, fp32: B=2, T=1024, hidden 2048, V=151
 tokens per row (left padding: "1234.56<|im_end|>", 6 of them numeric). Variants:
     usual       logits = lm_head(h) for all B*T positions, then HF ForCausalLMLoss (shift, CE over V)
     answer_ce   the LM head on the 16 answer positions only + CE              (NumericObjective aux none)
-    ce_<aux>    the same + lam * aux at the numeric positions, aux in smmd | mmd | smooth | ntl_mse | ...
+    ce_<aux>    the same + lam * aux at the numeric positions, every registered aux (smmd, mmd, ..., ntil,
+                number_level; the last two also find the numbers among the answer positions)
 Three modes: fwd (loss only), bwd_h (forward + backward to the hidden states, as with a frozen or LoRA LM
 head) and bwd_all (backward to the hidden states and the head weight, as in full fine-tuning; every variant
 then also allocates the 1.2 GB gradient of the head weight).
@@ -36,7 +37,9 @@ import subprocess
 import sys
 import time
 
-AUXES = ["smmd", "mmd", "smooth", "ntl_mse", "ntl_was", "dist2", "gce"]
+from vlm_smmd.losses import AUX_NAMES  # the registry alone: no torch in the parent process
+
+AUXES = [name for name in AUX_NAMES if name != "none"]
 ANSWER_VARIANTS = ["answer_ce"] + [f"ce_{a}" for a in AUXES]
 VARIANTS = ["usual"] + ANSWER_VARIANTS
 MODES = ["fwd", "bwd_h", "bwd_all"]
@@ -45,24 +48,26 @@ ANSWERS = {"qwen": [16, 17, 18, 19, 13, 20, 21, 151645],  # "1234.56<|im_end|>" 
 
 
 def numeric_vocab(name):
-    """(token ids [N], values [N]) of V_num: Qwen2.5's digits, or the real Llama-3 tokenizer's scan."""
+    """V_num (a NumericVocab): Qwen2.5's digits ("." is token 13), or the real Llama-3 tokenizer's scan."""
     import torch
 
-    if name == "qwen":
-        return torch.arange(15, 25), torch.arange(10, dtype=torch.float32)
-    from vlm_smmd.families.tokenizers import build_llama3_tokenizer
     from vlm_smmd.numeric import NumericVocab
 
-    vocab = NumericVocab.from_tokenizer(build_llama3_tokenizer())
-    return vocab.token_ids, vocab.values
+    if name == "qwen":
+        digits = [str(d) for d in range(10)]
+        return NumericVocab(torch.arange(15, 25), torch.arange(10, dtype=torch.float32), digits, 13)
+    from vlm_smmd.families.tokenizers import build_llama3_tokenizer
+
+    return NumericVocab.from_tokenizer(build_llama3_tokenizer())
 
 
 def answer_logits(hidden, labels, head):
-    """The head on the answer positions only: hidden [B, T, H], labels [B, T] -> (logits [M, V], targets [M])."""
+    """The head on the answer positions only: hidden [B, T, H], labels [B, T] -> (logits [M, V], targets [M],
+    {"batch_idx", "pos_idx"} [M] each)."""
     from vlm_smmd.losses import answer_positions
 
     batch_idx, pos_idx, targets = answer_positions(labels)
-    return head(hidden[batch_idx, pos_idx]), targets
+    return head(hidden[batch_idx, pos_idx]), targets, {"batch_idx": batch_idx, "pos_idx": pos_idx}
 
 
 def peak_rss_mb() -> float:
@@ -89,7 +94,7 @@ def make_objective(variant, vnum):
     from vlm_smmd.losses import NumericObjective
 
     aux = "none" if variant == "answer_ce" else variant[3:]
-    return NumericObjective(*vnum, aux=aux)
+    return NumericObjective.from_vocab(vnum, aux=aux)
 
 
 def make_step(variant, mode, head, hidden, labels, vnum):
@@ -104,8 +109,8 @@ def make_step(variant, mode, head, hidden, labels, vnum):
             if objective is None:
                 loss = ForCausalLMLoss(head(hidden), labels, vocab_size=head.out_features)
             else:
-                logits, targets = answer_logits(hidden, labels, head)
-                loss = objective(logits, targets)["loss"]
+                logits, targets, positions = answer_logits(hidden, labels, head)
+                loss = objective(logits, targets, **positions)["loss"]
             if mode != "fwd":
                 loss.backward()
                 hidden.grad = None
@@ -157,14 +162,14 @@ def time_worker(args) -> dict:
     variants = args.variant.split(",")
     steps = {v: make_step(v, args.mode, head, hidden, labels, vnum) for v in variants}
     with torch.no_grad():
-        answer, targets = answer_logits(hidden, labels, head)
+        answer, targets, positions = answer_logits(hidden, labels, head)
     answer.requires_grad_(args.mode != "fwd")
     objectives = {v: make_objective(v, vnum) for v in variants}
 
     def objective_only(v):
         def run():
             with torch.set_grad_enabled(args.mode != "fwd"):
-                loss = objectives[v](answer, targets)["loss"]
+                loss = objectives[v](answer, targets, **positions)["loss"]
                 if args.mode != "fwd":
                     loss.backward()
                     answer.grad = None
@@ -240,15 +245,15 @@ def main(argv=None):
         for variant in variants:
             reps = args.usual_reps if variant == "usual" else 0
             results[variant, mode] = run_worker(args, "memory", variant, mode, reps)
-            log(f"  memory {variant:<10} {mode:<7} {results[variant, mode]['peak_mb']:9.1f} MB")
+            log(f"  memory {variant:<15} {mode:<7} {results[variant, mode]['peak_mb']:9.1f} MB")
         if answer_variants:
             timing = run_worker(args, "time", ",".join(answer_variants), mode, args.reps)
             for variant, r in timing.items():
                 results[variant, mode].update(r)
-                log(f"  time   {variant:<10} {mode:<7} {r['ms']:9.1f} ms (objective alone {r['aux_ms']:.2f} ms)")
+                log(f"  time   {variant:<15} {mode:<7} {r['ms']:9.1f} ms (objective alone {r['aux_ms']:.2f} ms)")
 
     figures = {"batch": args.batch, "seq": args.seq, "hidden": args.hidden, "vocab": args.vocab,
-               "vnum": args.vnum, "vnum_size": len(numeric_vocab(args.vnum)[0]),
+               "vnum": args.vnum, "vnum_size": len(numeric_vocab(args.vnum)),
                "answer_tokens_per_row": args.answer_tokens, "threads": results[variants[0], MODES[0]]["threads"]}
     for (variant, mode), r in results.items():
         for key, unit in (("ms", "ms"), ("median_ms", "median_ms"), ("peak_mb", "peak_mb"), ("aux_ms", "objective_ms")):
@@ -270,11 +275,12 @@ def main(argv=None):
     print(f"loss head, fp32 CPU, {figures['threads']} threads: B={args.batch} T={args.seq} hidden={args.hidden} "
           f"V={args.vocab}, {args.answer_tokens} answer tokens per row, V_num {args.vnum} (N={figures['vnum_size']})")
     print("time: best of runs (ms); memory: peak RSS growth (MB); objective: CE+aux alone on the answer logits")
-    print(f"{'variant':<12}" + "".join(f"{m + ' ms':>12}{m + ' MB':>12}" for m in MODES) + f"{'objective ms':>14}")
+    width = max(len("variant"), *map(len, variants)) + 2
+    print(f"{'variant':<{width}}" + "".join(f"{m + ' ms':>12}{m + ' MB':>12}" for m in MODES) + f"{'objective ms':>14}")
     for variant in variants:
         row = "".join(f"{results[variant, m]['ms']:12.1f}{results[variant, m]['peak_mb']:12.1f}" for m in MODES)
         aux = results[variant, "bwd_all"].get("aux_ms")
-        print(f"{variant:<12}{row}" + (f"{aux:14.2f}" if aux is not None else f"{'-':>14}"))
+        print(f"{variant:<{width}}{row}" + (f"{aux:14.2f}" if aux is not None else f"{'-':>14}"))
     for key, value in figures.items():
         if key.startswith(("speedup", "memory_ratio")) or "_overhead_" in key:
             print(f"{key}: {value}")

@@ -23,10 +23,16 @@ NUM_VALUES = torch.tensor([0.0, 1.0, 2.0, 3.0, 10.0])
 
 def answer_logits(hidden, labels, head):
     """The head on the answer positions only (as the trainer's logits_to_keep window does)."""
+    logits, targets, _ = answer_logits_and_positions(hidden, labels, head)
+    return logits, targets
+
+
+def answer_logits_and_positions(hidden, labels, head):
+    """(logits [M, V], targets [M], {"batch_idx", "pos_idx"}) at the answer positions."""
     if hidden.shape[:2] != labels.shape:
         raise ValueError("hidden states and labels must share [B, T]")
     b, t, targets = answer_positions(labels)
-    return head(hidden[b, t]), targets
+    return head(hidden[b, t]), targets, {"batch_idx": b, "pos_idx": t}
 
 
 def _labels():
@@ -140,8 +146,8 @@ def test_batch_without_numeric_target_gives_zero_aux_connected(aux):
     hidden = torch.randn(2, 6, 16)
     labels = torch.full((2, 6), -100)
     labels[0, 3:5] = torch.tensor([12, 13])  # text only
-    logits, targets = answer_logits(hidden, labels, head)
-    out = NumericObjective(NUM_IDS, NUM_VALUES, aux=aux, lam=3.0)(logits, targets)
+    logits, targets, positions = answer_logits_and_positions(hidden, labels, head)
+    out = NumericObjective(NUM_IDS, NUM_VALUES, aux=aux, lam=3.0)(logits, targets, **positions)
     assert out["aux"].item() == 0.0 and out["n_numeric"] == 0 and out["aux_sum"].item() == 0.0
     assert out["aux"].grad_fn is not None
     assert out["loss"].item() == pytest.approx(out["ce"].item())
@@ -153,8 +159,8 @@ def test_batch_without_numeric_target_gives_zero_aux_connected(aux):
 def test_no_answer_position_at_all_is_zero_and_reaches_the_head(aux):
     # a data-parallel rank whose micro-batch has no labelled token must still backward through lm_head
     head = nn.Linear(16, V)
-    logits, targets = answer_logits(torch.randn(2, 6, 16), torch.full((2, 6), -100), head)
-    out = NumericObjective(NUM_IDS, NUM_VALUES, aux=aux)(logits, targets)
+    logits, targets, positions = answer_logits_and_positions(torch.randn(2, 6, 16), torch.full((2, 6), -100), head)
+    out = NumericObjective(NUM_IDS, NUM_VALUES, aux=aux)(logits, targets, **positions)
     for key in ("loss", "ce", "aux"):
         assert out[key].item() == 0.0 and not torch.isnan(out[key])
     assert out["n_tokens"] == 0 and out["n_numeric"] == 0
@@ -201,3 +207,108 @@ def test_from_vocab_on_qwen(qwen_tokenizer):
     assert out["n_numeric"] == 2
     ref = SMMDLoss(vocab.values)(logits[[0, 2]][:, 15:25], torch.tensor([1, 9]))
     torch.testing.assert_close(out["aux"], ref)
+
+
+# ---------------------------------------------------------------- number-level losses and positions
+
+DIGIT_IDS = torch.arange(15, 25)  # "0".."9" as on Qwen2.5
+POINT = 13
+
+
+def _digit_objective(aux, **kw):
+    return NumericObjective(DIGIT_IDS, torch.arange(10.0), aux=aux, decimal_point_id=POINT, **kw)
+
+
+def _number_labels():
+    """Rows with "12.5", "3", "7:45" and a text-only answer (ids: digit d is 15 + d, "." 13, ":" 25)."""
+    labels = torch.full((4, 9), -100)
+    labels[0, 3:8] = torch.tensor([16, 17, 13, 20, 30])  # 12.5 then end-of-turn
+    labels[1, 6:8] = torch.tensor([18, 30])
+    labels[2, 2:7] = torch.tensor([22, 25, 19, 20, 30])
+    labels[3, 5:8] = torch.tensor([40, 41, 30])
+    return labels
+
+
+@pytest.mark.parametrize("aux", ["ntil", "number_level"])
+def test_number_level_aux_without_positions_is_a_clear_error(aux):
+    logits = torch.randn(3, 40)
+    with pytest.raises(ValueError, match="batch_idx and pos_idx"):
+        _digit_objective(aux)(logits, torch.tensor([16, 17, 30]))
+
+
+@pytest.mark.parametrize("aux", ["ntil", "number_level"])
+def test_number_level_sums_add_up_over_micro_batches(aux):
+    """Each number lies in one row, so the aux sum and the numeric count of a batch are those of its parts:
+    dividing by the step's numeric count is exact under gradient accumulation."""
+    torch.manual_seed(4)
+    labels = _number_labels()
+    head = nn.Linear(8, 48)
+    hidden = torch.randn(4, 9, 8)
+    objective = _digit_objective(aux)
+    whole = objective(*answer_logits_and_positions(hidden, labels, head)[:2],
+                      **answer_logits_and_positions(hidden, labels, head)[2])
+    parts = [objective(*answer_logits_and_positions(hidden[rows], labels[rows], head)[:2],
+                       **answer_logits_and_positions(hidden[rows], labels[rows], head)[2])
+             for rows in ([0, 3], [1, 2])]
+    assert whole["n_numeric"] == 7 == sum(p["n_numeric"] for p in parts)
+    torch.testing.assert_close(whole["aux_sum"], parts[0]["aux_sum"] + parts[1]["aux_sum"])
+    assert whole["aux_sum"] > 0
+
+
+@pytest.mark.parametrize("aux", ["ntil", "number_level"])
+def test_number_level_aux_is_the_per_position_sum_over_numeric_targets(aux):
+    from vlm_smmd.numeric import NumericVocab
+
+    torch.manual_seed(5)
+    labels = _number_labels()
+    logits, targets, positions = answer_logits_and_positions(torch.randn(4, 9, 8), labels, nn.Linear(8, 48))
+    out = _digit_objective(aux, lam=0.5)(logits, targets, ce_denominator=20, aux_denominator=10, **positions)
+    vocab = NumericVocab(DIGIT_IDS, torch.arange(10.0), [str(d) for d in range(10)], POINT)
+    numbers = vocab.number_layout(targets, positions["batch_idx"], positions["pos_idx"])
+    loss = _digit_objective(aux).aux_loss
+    per = loss(logits[:, DIGIT_IDS].double(), vocab.index_of(targets).clamp_min(0), reduction="none", numbers=numbers)
+    torch.testing.assert_close(out["aux_sum"].double(), per.sum(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out["aux"].double(), per.sum() / 10, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out["loss"], out["ce"] + 0.5 * out["aux"])
+
+
+def test_token_level_path_never_waits_for_the_device(monkeypatch):
+    """With positions given, a token-level aux still reads no tensor value on the host (no .item(), no
+    data-dependent shapes): the guard records every such call made from our code. A number-level aux does
+    wait (it finds the numbers), which shows the guard sees such calls."""
+    import sys
+
+    torch.manual_seed(6)
+    labels = _number_labels()
+    logits, targets, positions = answer_logits_and_positions(torch.randn(4, 9, 8), labels, nn.Linear(8, 48))
+    calls = []
+
+    def guard(name):
+        original = getattr(torch.Tensor, name)
+
+        def wrapper(self, *args, **kwargs):
+            if "vlm_smmd" in sys._getframe(1).f_code.co_filename:
+                calls.append(name)
+            return original(self, *args, **kwargs)
+        return wrapper
+
+    objectives = {aux: _digit_objective(aux) for aux in AUX_NAMES if aux not in ("ntil", "number_level")}
+    number_level = _digit_objective("number_level")
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__", "nonzero"):
+        monkeypatch.setattr(torch.Tensor, name, guard(name))
+    for objective in objectives.values():
+        objective(logits, targets, ce_denominator=torch.tensor(20), aux_denominator=torch.tensor(9), **positions)
+    assert calls == []
+    number_level(logits, targets, **positions)
+    assert calls
+
+
+def test_lambda_and_options_are_range_checked():
+    with pytest.raises(ValueError, match="aux_lambda=-1"):
+        NumericObjective(NUM_IDS, NUM_VALUES, lam=-1)
+    with pytest.raises(ValueError, match="aux_lambda=nan"):
+        NumericObjective(NUM_IDS, NUM_VALUES, lam=float("nan"))
+    with pytest.raises(ValueError, match="option squash=0"):
+        NumericObjective(NUM_IDS, NUM_VALUES, squash=0)
+    with pytest.raises(ValueError, match="option tau=-2"):
+        NumericObjective(NUM_IDS, NUM_VALUES, aux="dist2", tau=-2.0)

@@ -1,11 +1,44 @@
-"""Numeric-token losses (pure tensor math): SMMD, its baselines, and the answer-only objective."""
+"""Numeric-token losses (pure tensor math): SMMD, its baselines, the answer-only objective, the registry of
+loss names, and the drop-in for the HF Trainer and TRL.
 
-from .baselines import DIST2Loss, GaussianCELoss, NTLMSELoss, NTLWASLoss
-from .kernels import build_kernel
-from .objective import AUX_NAMES, NumericObjective, answer_positions
-from .smmd import SMMDLoss
+Importing this package loads neither torch nor transformers: the registry (`AUX_NAMES`, `LOSSES`,
+`check_options`) is torch-free, and everything else is imported on first use.
+"""
 
-__all__ = [
-    "AUX_NAMES", "DIST2Loss", "GaussianCELoss", "NTLMSELoss", "NTLWASLoss", "NumericObjective", "SMMDLoss",
-    "answer_positions", "build_kernel",
-]
+from importlib import import_module
+
+from .registry import (
+    AUX_LAMBDA,
+    AUX_NAMES,
+    LOSSES,
+    SETTINGS,
+    Option,
+    build_loss,
+    check_options,
+    options_from_settings,
+)
+
+_LAZY = {
+    "NumericLoss": ".base",
+    "SMMDLoss": ".smmd",
+    "NTLMSELoss": ".baselines",
+    "NTLWASLoss": ".baselines",
+    "DIST2Loss": ".baselines",
+    "GaussianCELoss": ".baselines",
+    "NTILLoss": ".number_level",
+    "NumberLevelLoss": ".number_level",
+    "build_kernel": ".kernels",
+    "NumericObjective": ".objective",
+    "answer_positions": ".objective",
+    "numeric_loss_func": ".hf",
+    "NumericLossMixin": ".hf",
+}
+
+__all__ = ["AUX_LAMBDA", "AUX_NAMES", "LOSSES", "SETTINGS", "Option", "build_loss", "check_options",
+           "options_from_settings", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Numeric-token losses SMMD is compared against; same call signature as `SMMDLoss`.
+"""Token-level numeric losses SMMD is compared against; `NumericLoss` subclasses like `SMMDLoss`.
 
 Each takes `values` [N] (V_num order) at construction and is called as `loss(logits [M, N], target [M])`
 with logits over V_num and target indices into values; p = softmax(logits) over V_num, y = values[target].
@@ -11,38 +11,13 @@ Math in float32 (float64 for float64 logits); `reduction` "mean" (0 when M == 0)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
-from torch import nn
 
+from .base import NumericLoss
 from .kernels import value_distances
-from .smmd import check_inputs, compute_dtype, reduce
 
 
-class _NumericLoss(nn.Module):
-    """Shared plumbing: the values buffer, input checks, reduction."""
-
-    def __init__(self, values: torch.Tensor | Sequence[float]):
-        super().__init__()
-        values = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
-        if len(values) == 0:
-            raise ValueError("the numeric vocabulary is empty")
-        self.register_buffer("values", values.to(torch.float32), persistent=False)
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def per_position(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """[M, N] logits, [M] target indices -> [M]."""
-        check_inputs(logits, target, len(self))
-        return self._per_position(logits.to(compute_dtype(logits.dtype)), target)
-
-    def forward(self, logits: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-        return reduce(self.per_position(logits, target), reduction)
-
-
-class NTLMSELoss(_NumericLoss):
+class NTLMSELoss(NumericLoss):
     """Squared error between the expected value under p and the target value."""
 
     def _per_position(self, logits, target):
@@ -50,7 +25,7 @@ class NTLMSELoss(_NumericLoss):
         return (torch.softmax(logits, -1) @ v - v[target]) ** 2
 
 
-class NTLWASLoss(_NumericLoss):
+class NTLWASLoss(NumericLoss):
     """Wasserstein-1 distance between p and the one-hot target on the real line: sum_i p_i |v_i - y|."""
 
     def _per_position(self, logits, target):
@@ -58,7 +33,7 @@ class NTLWASLoss(_NumericLoss):
         return (torch.softmax(logits, -1) * (v[None, :] - v[target][:, None]).abs()).sum(-1)
 
 
-class _SoftTargetLoss(_NumericLoss):
+class _SoftTargetLoss(NumericLoss):
     """Losses against a soft target row log_t[y] [N] fixed per target index (kept as a log buffer)."""
 
     def __init__(self, values, log_targets_scale: float, kl: bool):

@@ -3,7 +3,8 @@
 `answer_positions` names the positions whose next label is not -100 (exactly the HF causal-LM shift); the
 trainer computes logits only there (a right-aligned `logits_to_keep` window), so logits for prompt and
 image tokens are never built. `NumericObjective` turns those logits [M, V] and targets [M] into the loss
-and its logged parts.
+and its logged parts; number-level aux losses (ntil, number_level) also need the positions (batch_idx,
+pos_idx) to see which targets form one number.
 """
 
 from __future__ import annotations
@@ -14,23 +15,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .baselines import DIST2Loss, GaussianCELoss, NTLMSELoss, NTLWASLoss
-from .smmd import SMMDLoss
+from ..numeric import NumericVocab
+from .registry import AUX_LAMBDA, build_loss
 
 IGNORE_INDEX = -100
-
-# name -> (class, fixed keyword arguments)
-AUX_LOSSES = {
-    "smmd": (SMMDLoss, {"mode": "smmd"}),
-    "mmd": (SMMDLoss, {"mode": "mmd"}),
-    "smooth": (SMMDLoss, {"mode": "smooth"}),
-    "ntl_mse": (NTLMSELoss, {}),
-    "ntl_was": (NTLWASLoss, {}),
-    "dist2": (DIST2Loss, {}),
-    "gce": (GaussianCELoss, {}),
-    "none": (None, {}),
-}
-AUX_NAMES = tuple(AUX_LOSSES)
 
 
 def answer_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -53,12 +41,20 @@ def _divide(total: torch.Tensor, denominator) -> torch.Tensor:
     return total / max(float(denominator), 1.0)
 
 
+def _plain_text(value: float) -> str:
+    """A value's plain-number text when no token texts are given: "7", "0.5"."""
+    return str(int(value)) if float(value).is_integer() else format(value, ".7g")
+
+
 class NumericObjective(nn.Module):
     """loss = CE over all M answer positions + lam * aux over the positions whose target is in V_num.
 
-    numeric_token_ids [N], numeric_values [N]: V_num (e.g. from `NumericVocab`). aux: one of AUX_NAMES;
-    aux_kwargs go to that loss (SMMD: kernel, sigmas, squash, alpha, kernel_mode, seed; dist2: tau;
-    gce: sigma). Logits are upcast to float32 for both terms.
+    numeric_token_ids [N], numeric_values [N]: V_num (e.g. from `NumericVocab`, see `from_vocab`). aux: a
+    name in `registry.AUX_NAMES`; aux_kwargs are its options, range-checked by `registry.check_options`
+    (SMMD: kernel, sigmas, squash, alpha, kernel_mode, seed; dist2: tau; gce: sigma; ntil: digit_exp, ...).
+    numeric_texts [N] and decimal_point_id tell the number-level losses how tokens spell numbers (defaults:
+    each value written plainly, so "07" needs its text; no decimal point token). Logits are upcast to
+    float32 for both terms.
     """
 
     def __init__(
@@ -67,46 +63,45 @@ class NumericObjective(nn.Module):
         numeric_values: torch.Tensor | Sequence[float],
         aux: str = "smmd",
         lam: float = 1.0,
+        *,
+        numeric_texts: Sequence[str] | None = None,
+        decimal_point_id: int | None = None,
         **aux_kwargs,
     ):
         super().__init__()
-        if aux not in AUX_LOSSES:
-            raise ValueError(f"aux must be one of {AUX_NAMES}, got {aux!r}")
         ids = torch.as_tensor(numeric_token_ids, dtype=torch.long).reshape(-1)
         values = torch.as_tensor(numeric_values, dtype=torch.float32).reshape(-1)
         if len(ids) != len(values) or len(ids) == 0:
             raise ValueError(f"need as many numeric token ids as values (> 0), got {len(ids)} and {len(values)}")
-        self.aux_name, self.lam = aux, float(lam)
+        self.aux_loss = build_loss(aux, values, **aux_kwargs)
+        self.aux_name, self.lam = aux, AUX_LAMBDA.check(lam)
+        self.vocab = None  # number-level losses: how answers spell numbers (NumericVocab.number_layout)
+        if self.aux_loss is not None and self.aux_loss.needs_numbers:
+            texts = list(numeric_texts) if numeric_texts is not None else [_plain_text(v) for v in values.tolist()]
+            self.vocab = NumericVocab(ids, values, texts, decimal_point_id)
         self.register_buffer("numeric_token_ids", ids, persistent=False)
         self.max_numeric_id = int(ids.max())  # checked against the logit width without a device sync
-        cls, fixed = AUX_LOSSES[aux]
-        if cls is None:
-            if aux_kwargs:
-                raise ValueError(f"aux 'none' takes no options, got {sorted(aux_kwargs)}")
-            self.aux_loss = None
-        else:
-            clash = set(fixed) & set(aux_kwargs)
-            if clash:
-                raise ValueError(f"aux {aux!r} fixes {sorted(clash)}; choose the aux name instead")
-            try:
-                self.aux_loss = cls(values, **fixed, **aux_kwargs)
-            except TypeError as err:
-                raise ValueError(f"bad options {sorted(aux_kwargs)} for aux {aux!r}: {err}") from None
 
     @classmethod
-    def from_vocab(cls, vocab, **kwargs) -> NumericObjective:
-        """Build from a `vlm_smmd.numeric.NumericVocab`."""
-        return cls(vocab.token_ids, vocab.values, **kwargs)
+    def from_vocab(cls, vocab: NumericVocab, **kwargs) -> NumericObjective:
+        """Build from a `vlm_smmd.numeric.NumericVocab` (its texts and decimal point included)."""
+        return cls(vocab.token_ids, vocab.values, numeric_texts=vocab.texts, decimal_point_id=vocab.decimal_point_id,
+                   **kwargs)
 
-    def forward(self, logits: torch.Tensor, targets: torch.Tensor, ce_denominator=None, aux_denominator=None) -> dict:
-        """logits [M, V] at answer positions, targets [M] token ids (-100 entries are ignored).
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor, ce_denominator=None, aux_denominator=None, *,
+                batch_idx: torch.Tensor | None = None, pos_idx: torch.Tensor | None = None) -> dict:
+        """logits [M, V] at answer positions, targets [M] token ids (-100 entries are ignored); batch_idx [M]
+        and pos_idx [M] the positions' rows and places (`answer_positions`), needed by number-level losses.
 
         ce = (sum of CE over the M positions) / ce_denominator (default: number of targets);
-        aux = (sum of per-position aux over numeric targets) / aux_denominator (default: their number).
+        aux = (sum of per-position aux over numeric targets) / aux_denominator (default: their number). A
+        number-level loss gives each numeric token its number's loss (`number_level` module docstring), so
+        the same sums and counts hold for it.
         Denominators may be numbers or tensors (e.g. the Trainer's num_items_in_batch); 0 counts as 1.
         Returns {"loss", "ce", "aux"} (tensors in the graph; aux exactly 0 but connected when no target
         is numeric), {"ce_sum", "aux_sum"} (detached tensors) and {"n_tokens", "n_numeric"} (0-d long tensors).
-        Nothing here waits for the device: no `.item()`, no data-dependent shapes.
+        A token-level aux waits for the device nowhere: no `.item()`, no data-dependent shapes. A
+        number-level aux finds the numbers with data-dependent shapes (vectorised, a few syncs).
         """
         if logits.dim() != 2 or targets.shape != logits.shape[:1]:
             raise ValueError(f"need logits [M, V] and targets [M], got {tuple(logits.shape)} and {tuple(targets.shape)}")
@@ -128,7 +123,14 @@ class NumericObjective(nn.Module):
             # every row goes through the aux (non-numeric rows with a stand-in target) and is masked out:
             # no data-dependent selection, so no sync
             # index_select: its backward is an index_add (advanced indexing backward is ~50x slower at N=1110)
-            per_position = self.aux_loss.per_position(logits32.index_select(1, ids), match.int().argmax(1))  # [M]
+            numbers = None
+            if self.aux_loss.needs_numbers:
+                if batch_idx is None or pos_idx is None:
+                    raise ValueError(f"aux {self.aux_name!r} scores whole numbers: pass batch_idx and pos_idx (from "
+                                     "answer_positions(labels)) to NumericObjective.forward")
+                numbers = self.vocab.number_layout(targets, batch_idx, pos_idx)
+            per_position = self.aux_loss.per_position(logits32.index_select(1, ids), match.int().argmax(1),
+                                                      numbers)  # [M]
             aux_sum = torch.where(numeric, per_position, torch.zeros_like(per_position)).sum()
             n_numeric = numeric.sum()
 

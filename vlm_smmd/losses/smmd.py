@@ -13,39 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
+from .base import NumericLoss
 from .kernels import build_kernel
 
-MODES = ("mmd", "smooth", "smmd")
-REDUCTIONS = ("mean", "sum", "none")
+MODES = ("mmd", "smooth", "smmd")  # the `mode` argument; the registry names each as an aux loss
 
 
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 for half / bfloat16 / float32 inputs, float64 for float64 ones."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def reduce(per_position: torch.Tensor, reduction: str) -> torch.Tensor:
-    """[M] -> scalar ("mean": 0 when M == 0, never NaN; "sum") or [M] ("none"); stays in the graph."""
-    if reduction == "none":
-        return per_position
-    if reduction == "sum":
-        return per_position.sum()
-    if reduction == "mean":
-        return per_position.sum() / max(per_position.numel(), 1)
-    raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-
-
-def check_inputs(logits: torch.Tensor, target: torch.Tensor, n: int) -> None:
-    if logits.dim() != 2 or logits.shape[1] != n:
-        raise ValueError(f"logits must be [M, {n}] (over V_num), got {tuple(logits.shape)}")
-    if target.shape != logits.shape[:1]:
-        raise ValueError(f"target must be [M] = [{logits.shape[0]}], got {tuple(target.shape)}")
-
-
-class SMMDLoss(nn.Module):
+class SMMDLoss(NumericLoss):
     """SMMD (or its mmd / smooth parts) on logits over V_num.
 
     values: [N] token values in V_num order. `loss(logits [M, N], target [M] indices into values)` -> scalar
@@ -65,9 +41,9 @@ class SMMDLoss(nn.Module):
         kernel_mode: str = "value_distance",
         seed: int = 42,
     ):
-        super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        super().__init__(values)
         self.mode = mode
         values = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
         k = build_kernel(values, kernel=kernel, sigmas=sigmas, squash=squash, kernel_mode=kernel_mode, seed=seed)
@@ -82,13 +58,11 @@ class SMMDLoss(nn.Module):
         else:
             raise ValueError(f"alpha must be 'auto' or a number, got {alpha!r}")
         laplacian = torch.diag(degree) - k
-        form = {"mmd": k, "smooth": alpha_value * laplacian, "smmd": k + alpha_value * laplacian}[mode]
-        for name, t in [("values", values), ("K", k), ("degree", degree), ("L", laplacian),
+        smooth = alpha_value * laplacian
+        form = k if mode == "mmd" else smooth if mode == "smooth" else k + smooth
+        for name, t in [("K", k), ("degree", degree), ("L", laplacian),
                         ("alpha", alpha_value), ("A", form)]:
             self.register_buffer(name, t.to(torch.float32), persistent=False)
-
-    def __len__(self) -> int:
-        return len(self.values)
 
     def divergence(self, probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Per-position value [M] from probabilities [M, N] over V_num and target indices [M], clamped at 0."""
@@ -96,11 +70,5 @@ class SMMDLoss(nn.Module):
         a = self.A.to(device=r.device, dtype=r.dtype)
         return ((r @ a) * r).sum(-1).clamp_min(0.0)
 
-    def per_position(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """[M, N] logits, [M] target indices -> [M] (float32, or float64 for float64 logits)."""
-        check_inputs(logits, target, len(self))
-        probs = torch.softmax(logits.to(compute_dtype(logits.dtype)), dim=-1)
-        return self.divergence(probs, target)
-
-    def forward(self, logits: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-        return reduce(self.per_position(logits, target), reduction)
+    def _per_position(self, logits, target):
+        return self.divergence(torch.softmax(logits, dim=-1), target)
