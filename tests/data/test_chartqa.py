@@ -72,6 +72,8 @@ def test_missing_and_escaping_images_raise_and_skip(tmp_path):
     ({"imgname": "a.png", "query": "q", "label": []}, "empty label list"),
     ({"imgname": "a.png", "query": "q", "label": [None]}, "not a string or number"),
     ({"imgname": "a.png", "query": "q", "label": ""}, "empty answer"),
+    ({"imgname": "a.png", "query": "q", "label": "\u200b"}, "empty answer"),
+    ({"imgname": "a.png", "query": "q", "label": ["4", "\ufeff\u2060"]}, "empty answer"),
     ({"imgname": 7, "query": "q", "label": "1"}, "'imgname' should be str"),
 ])
 def test_malformed_records(tmp_path, bad, message):
@@ -203,3 +205,29 @@ def test_synthetic_chartqa_layout_loads_unchanged(tmp_path):
         assert (s.question, s.answer, s.meta["answers"]) == (q["question"], q["answer"], [q["answer"]])
         assert s.meta["imgname"] == chart["image"].rsplit("/", 1)[1]
     assert ds[0].load_image().size == (512, 400)
+
+
+def test_json_number_labels_keep_their_digits(tmp_path):
+    d = tmp_path / "test"
+    (d / "png").mkdir(parents=True)
+    make_image().save(d / "png" / "a.png")
+    (d / "test_human.json").write_text('[{"imgname": "a.png", "query": "q", "label": 12345678901234567.0}, '
+                                       '{"imgname": "a.png", "query": "q", "label": [0.30000000000000004, "x", 2.50]}]')
+    (d / "test_augmented.json").write_text("[]")
+    ds = read_chartqa(tmp_path, "test")
+    assert ds[0].answer == "12345678901234567"  # a float would give 12345678901234568; 15 digits 12345678901234600
+    assert ds[1].meta["answers"] == ["0.30000000000000004", "x", "2.5"]
+
+
+def test_bad_utf8_names_the_file_and_its_byte(tmp_path):
+    records = [{"imgname": "a.png", "query": f"question number {k} about the chart", "label": str(k)} for k in range(20)]
+    text = json.dumps(records, ensure_ascii=False)
+    data = text.encode().replace(b"number 15", b"numb\xe9r 15")  # a Latin-1 byte in a UTF-8 file
+    d = tmp_path / "test"
+    (d / "png").mkdir(parents=True)
+    (d / "test_human.json").write_bytes(data)
+    (d / "test_augmented.json").write_text("[]")
+    bad = data.index(b"\xe9")
+    assert bad > 600
+    with pytest.raises(DataError, match=rf"test_human\.json: not valid UTF-8 at byte {bad}: invalid continuation byte"):
+        read_chartqa(tmp_path, "test", on_error="skip")

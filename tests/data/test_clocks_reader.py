@@ -40,6 +40,7 @@ def test_reads_rows_in_order_with_meta(tmp_path):
     (json.dumps({"file_name": "0000/00000001.png", "question": "q"}), "'answer'"),
     (json.dumps({"file_name": "0000/00000001.png", "question": "q", "answer": 307}), "'answer'"),
     (json.dumps({"question": "q", "answer": "3:07"}), "'file_name'"),
+    (json.dumps({"file_name": "0000/00000001.png", "question": "q", "answer": "\u200b"}), "'answer'"),
 ])
 def test_malformed_line_names_file_and_line(tmp_path, bad, reason):
     root = write_split(tmp_path, [row(), bad])
@@ -77,3 +78,18 @@ def test_missing_split_lists_the_splits_found(tmp_path):
         read_clocks(root, "test")
     with pytest.raises(ValueError, match="on_error"):
         read_clocks(root, "train", on_error="ignore")
+
+
+def test_a_line_that_is_not_utf8_names_file_and_line_and_is_skipped(tmp_path):
+    root = write_split(tmp_path, [row()])
+    meta = root / "train" / "metadata.jsonl"
+    latin1 = row("0000/00000001.png", "@").encode().replace(b'"@"', b'"caf\xe9"')  # a Latin-1 byte
+    lines = [row().encode(), latin1, row("0000/00000001.png", "1:00").encode()]
+    meta.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(DataError) as err:
+        read_clocks(root, "train")
+    bad = meta.read_bytes().index(b"\xe9")
+    assert str(err.value) == f"{meta}:2: malformed record (not valid UTF-8: invalid continuation byte at byte {bad})"
+    with pytest.warns(UserWarning, match="skipped 1 records"):
+        samples = read_clocks(root, "train", on_error="skip")
+    assert [s.answer for s in samples] == ["3:07", "1:00"] and samples.skip_log.counts == {"malformed record": 1}

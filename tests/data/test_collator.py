@@ -115,9 +115,10 @@ def test_mixed_sizes_pad_left_and_match_single_forward(tiny_model_and_processor,
             assert len(predict) == len(single_predict)
             torch.testing.assert_close(logits[row, predict], single[single_predict], atol=1e-4, rtol=1e-4)
 
-        # The check is sensitive: without mm_token_type_ids the 3-D positions (and logits) change.
-        no_types = {k: v for k, v in model_inputs.items() if k != "mm_token_type_ids"}
-        wrong = model(**no_types, use_cache=False).logits
+        # The check is sensitive: without the 3-D positions (the collator's position_ids, or mm_token_type_ids
+        # for the model to derive them from) the logits change.
+        no_positions = {k: v for k, v in model_inputs.items() if k not in ("mm_token_type_ids", "position_ids")}
+        wrong = model(**no_positions, use_cache=False).logits
         predict = torch.nonzero(batch["labels"][0] != -100).flatten() - 1
         assert not torch.allclose(wrong[0, predict], logits[0, predict], atol=1e-4, rtol=1e-4)
 
@@ -177,7 +178,7 @@ def test_max_length_raise_and_skip(make, tiny_processor):
         skipping([long])
 
 
-@pytest.mark.parametrize("answer", ["", "   ", "\n"])
+@pytest.mark.parametrize("answer", ["", "   ", "\n", "\u200b", "\ufeff", "\u2060", " \u200b\u200c "])
 def test_empty_answer_is_an_error(make, collator, tiny_processor, answer):
     with pytest.raises(DataError, match=r"empty answer.*'blank'"):
         collator([sample("1"), sample(answer, id="blank")])
@@ -243,3 +244,95 @@ def test_instruction_is_not_repeated_when_the_question_ends_with_it():
     other = Sample(None, "What time is it?", "3:07", "clocks", "y")
     assert build_messages(other, instruction="Answer in H:MM format.")[0]["content"] == (
         "What time is it?\nAnswer in H:MM format.")
+
+
+def on_disk(tmp_path, n, sizes=((120, 90), (56, 112), (200, 200))):
+    """n Samples whose images are PNG files (the row cache keys them by path); every 4th is text-only."""
+    samples = []
+    for i in range(n):
+        if i % 4 == 3:
+            samples.append(Sample(None, f"What is {i} + 1?", str(i + 1), "test", f"t{i}"))
+            continue
+        path = tmp_path / f"img{i}.png"
+        make_image(*sizes[i % len(sizes)], seed=i).save(path)
+        samples.append(Sample(path, "What time does the clock show?", f"{i}:0{i % 10}", "test", f"r{i}"))
+    return samples
+
+
+def assert_same_batch(got, want):
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+
+
+def test_batches_joined_from_cached_rows_equal_processed_batches(make, tmp_path):
+    """Samples seen before come from the row cache, without the processor; every batch (all new, all seen,
+    mixed, repeated samples, other orders and lengths) equals the processor's batch of the same samples."""
+    samples = on_disk(tmp_path, 12)
+    cached, plain = make(), make(cache_mb=0)
+    assert plain.row_cache is None
+    calls = []
+    process = cached._process
+    cached._process = lambda texts, *rest: calls.append(len(texts)) or process(texts, *rest)
+    orders = [[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [0, 6, 7, 3, 3, 8], [11, 10, 9, 8, 7, 6, 5, 4], [9]]
+    for order in orders:
+        assert_same_batch(cached([samples[i] for i in order]), plain([samples[i] for i in order]))
+    assert calls == [6, 3, 3]  # only the samples not seen before went through the processor
+    assert len(cached.row_cache) == 12
+    assert cached.row_cache_bytes == sum(t.numel() * t.element_size() for row in cached.row_cache.values()
+                                         for t in row.values())
+    # the cache is keyed by what the row depends on: another answer for the same image is a new row
+    changed = Sample(samples[0].image, samples[0].question, "11:11", "test", "r0b")
+    assert_same_batch(cached([changed, samples[1]]), plain([changed, samples[1]]))
+    assert calls[-1] == 1
+
+
+def test_row_cache_stays_within_its_budget(make, tmp_path):
+    samples = on_disk(tmp_path, 16, sizes=((200, 200),))
+    cached, plain = make(cache_mb=1), make(cache_mb=0)
+    for start in (0, 8, 0, 8):
+        assert_same_batch(cached(samples[start:start + 8]), plain(samples[start:start + 8]))
+    assert 0 < len(cached.row_cache) < 16 and cached.row_cache_bytes <= 2**20
+
+
+def test_row_cache_skips_and_counts_like_the_processor(make, tmp_path):
+    """Bad records are skipped (and counted) on every call, cached neighbours or not; in-memory images are
+    never cached."""
+    samples = on_disk(tmp_path, 4)
+    missing = Sample(tmp_path / "gone.png", "q", "3", "test", "gone")
+    long = sample("12345", size=(400, 400), id="long-one")
+    limit = int(make()([long])["attention_mask"].sum()) - 1
+    cached, plain = make(on_error="skip", max_length=limit), make(on_error="skip", max_length=limit, cache_mb=0)
+    for _ in range(3):
+        batch = [samples[0], missing, long, samples[1], samples[3]]
+        with pytest.warns(UserWarning):
+            assert_same_batch(cached(batch), plain(batch))
+    assert cached.skip_log.counts == plain.skip_log.counts and cached.skip_log.total == 6
+    assert len(cached.row_cache) == 3  # the three samples on disk; not the missing file, not the PIL image
+
+
+def test_processor_outputs_that_are_not_rows_turn_the_cache_off(make, tiny_processor, tmp_path):
+    from vlm_smmd.families import family_of_processor
+
+    class WithExtra(type(family_of_processor(tiny_processor))):
+        def process(self, processor, texts, images_per_row, **kwargs):
+            out = super().process(processor, texts, images_per_row, **kwargs)
+            return {**out, "extra": torch.arange(len(texts))}
+
+    samples = on_disk(tmp_path, 3)
+    cached, plain = make(family=WithExtra()), make(family=WithExtra(), cache_mb=0)
+    assert_same_batch(cached(samples), plain(samples))
+    assert cached.row_cache is None and cached(samples)["extra"].tolist() == [0, 1, 2]
+
+
+def test_dataloader_workers_keep_no_rows(make, tmp_path, monkeypatch):
+    samples = on_disk(tmp_path, 8)
+    plain = make(cache_mb=0)
+    loader = torch.utils.data.DataLoader(samples, batch_size=4, num_workers=1, collate_fn=make())
+    for _ in range(2):  # two epochs
+        for i, batch in enumerate(loader):
+            assert_same_batch(batch, plain(samples[4 * i:4 * i + 4]))
+    collator = make()
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())  # as inside a worker
+    assert_same_batch(collator(samples), plain(samples))
+    assert collator.row_cache == {}

@@ -115,3 +115,15 @@ def test_synthetic_dvqa_layout_loads_unchanged(tmp_path):
         assert s.meta["question_type"] in ("structure", "data", "reasoning")
         assert s.meta["image_name"] == chart["image"].rsplit("/", 1)[1]
     assert max(len(ds[k].load_image().getcolors(1 << 20)) for k in range(3)) > 10  # a drawn chart
+
+
+def test_number_answers_keep_their_json_text(tmp_path):
+    img = "bar_val_easy_00000000.png"
+    text = json.dumps([_qa(1, img, "@"), _qa(2, img, "\u200b")]).replace('"@"', "98765432109876543.25")
+    path = _write(tmp_path, [])
+    path.write_text(text)
+    with pytest.raises(DataError, match=r"record #1 .*empty answer"):
+        read_dvqa(tmp_path, "val_easy")
+    with pytest.warns(UserWarning, match="1 malformed record"):
+        ds = read_dvqa(tmp_path, "val_easy", on_error="skip")
+    assert [s.answer for s in ds] == ["98765432109876543.25"]

@@ -64,12 +64,12 @@ def test_default_size_with_weights_is_the_total_of_limited_sources():
 def test_limits_take_a_seeded_subset():
     a = _source("a", 100)
     mix = MixtureDataset({"a": a, "b": _source("b", 5)}, limits={"a": 12}, seed=3)
-    used = {mix[i].id for i in range(len(mix)) if mix.source_of(i) == "a"}
+    used = {mix[i].id for i in range(len(mix)) if mix[i].source == "a"}
     assert len(used) == 12 and len(mix) == 17
     again = MixtureDataset({"a": a, "b": _source("b", 5)}, limits={"a": 12}, seed=3)
     other = MixtureDataset({"a": a, "b": _source("b", 5)}, limits={"a": 12}, seed=4)
-    assert {again[i].id for i in range(len(again)) if again.source_of(i) == "a"} == used
-    assert {other[i].id for i in range(len(other)) if other.source_of(i) == "a"} != used
+    assert {again[i].id for i in range(len(again)) if again[i].source == "a"} == used
+    assert {other[i].id for i in range(len(other)) if other[i].source == "a"} != used
     # with weights, a limited source repeats only its subset
     mix = MixtureDataset({"a": a}, weights={"a": 1}, limits={"a": 3}, size=9, seed=0)
     assert Counter(_ids(mix)).most_common()[-1][1] == 3 and len(set(_ids(mix))) == 3
@@ -112,7 +112,7 @@ def test_weighted_source_without_records_is_an_error():
 
 
 def test_from_spec_reads_sources(tmp_path, monkeypatch):
-    import vlm_smmd.data as data
+    import vlm_smmd.data.clocks as clocks
     from data_synth.charts import write_chart_dataset
 
     write_chart_dataset(tmp_path / "dvqa", "dvqa", 2, seed=0, split="train", questions_per_chart=3)
@@ -123,7 +123,7 @@ def test_from_spec_reads_sources(tmp_path, monkeypatch):
         calls.append((root, split, on_error, options))
         return _source("clocks", 8)
 
-    monkeypatch.setitem(vars(data), "read_clocks", fake_clocks)  # clocks.py may not exist yet
+    monkeypatch.setattr(clocks, "read_clocks", fake_clocks)  # the registry looks the reader up when called
     spec = [
         {"name": "dvqa", "root": str(tmp_path / "dvqa"), "weight": 2},
         {"name": "chartqa", "root": str(tmp_path / "chartqa"), "limit": 3, "verify_images": True},
@@ -133,7 +133,7 @@ def test_from_spec_reads_sources(tmp_path, monkeypatch):
     assert mix.names == ["dvqa:train", "chartqa:train", "clock faces"]
     assert mix.counts == dict(zip(mix.names, _largest_remainder(40, [2, 1, 1])))
     assert calls == [("/clocks", "test", "skip", {"size": 64})]
-    chart_ids = {mix[i].id for i in range(len(mix)) if mix.source_of(i) == "chartqa:train"}
+    chart_ids = {mix[i].id for i in range(len(mix)) if mix[i].source == "chartqa"}
     assert len(chart_ids) == 3 and all(mix[i].source in ("dvqa", "chartqa", "clocks") for i in range(len(mix)))
     assert mix.skipped == 0 and "clock faces" in mix.summary()
     with pytest.raises(ValueError, match="name must be one of"):

@@ -1,6 +1,7 @@
 import json
 import pickle
 import tracemalloc
+from decimal import Decimal
 
 import pytest
 from PIL import Image
@@ -36,21 +37,33 @@ def _write(root, pairs, split="test", version="V2", images=(0,), text=None):
     return path
 
 
-def test_float_answers_without_noise(tmp_path):
-    answers = [51.67, 3.0, 1.2e-05, 0.1 + 0.2, 7, "Yes", 1234567.0, 51.669999999999995, -0.5, 1e16, "Mexico"]
-    raw_text = ('{"qa_pairs": [' + ", ".join(
-        json.dumps(_pair(0, a, qid=k)) for k, a in enumerate(answers)) + "]}")
-    _write(tmp_path, None, text=raw_text)
+# (JSON text of the answer, the label): the digits as written, trailing zeros dropped, nothing rounded
+JSON_ANSWERS = [("51.67", "51.67"), ("3.0", "3"), ("1.2e-05", "0.000012"), ("0.30000000000000004", "0.30000000000000004"),
+                ("7", "7"), ('"Yes"', "Yes"), ("1234567.0", "1234567"), ("51.669999999999995", "51.669999999999995"),
+                ("-0.5", "-0.5"), ("1e16", "10000000000000000"), ("12345678901234567.0", "12345678901234567"),
+                ("1.50", "1.5"), ("-0.0", "0"), ('"Mexico"', "Mexico")]
+
+
+def test_number_answers_keep_their_json_text(tmp_path):
+    pairs = []
+    for k, (text, _) in enumerate(JSON_ANSWERS):
+        pair = json.dumps(_pair(0, "@", qid=k))
+        pairs.append(pair.replace('"@"', text))
+    _write(tmp_path, None, text='{"qa_pairs": [' + ", ".join(pairs) + "]}")
     ds = read_plotqa(tmp_path, "test")
     got = [s.answer for s in ds]
-    assert got == ["51.67", "3", "0.000012", "0.3", "7", "Yes", "1234567", "51.67", "-0.5", "10000000000000000", "Mexico"]
+    assert got == [label for _, label in JSON_ANSWERS]
+    for (text, _), label in zip(JSON_ANSWERS, got):  # independent check: the same value as the JSON text
+        if not text.startswith('"'):
+            assert Decimal(label) == Decimal(text)
+    assert format_number(float("12345678901234567.0")) == "12345678901234568"  # what a float would have said
     s = ds[0]
     assert s.source == "plotqa" and s.id == "test/0" and s.question == "What is the value?"
     assert s.meta["template"] == "data_retrieval" and s.meta["type"] == "closed" and s.meta["question_id"] == 0
-    assert s.meta["raw_answer"] == 51.67 and ds[1].meta["raw_answer"] == 3.0
-    rounded = read_plotqa(tmp_path, "test", round_digits=1)
+    assert s.meta["raw_answer"] == Decimal("51.67") and ds[1].meta["raw_answer"] == Decimal("3.0")
+    rounded = read_plotqa(tmp_path, "test", round_digits=1)  # rounding only when asked
     assert [s.answer for s in rounded][:4] == ["51.7", "3", "0", "0.3"]
-    assert rounded[-3].answer == "-0.5"
+    assert rounded[8].answer == "-0.5" and rounded[10].answer == "12345678901234567"
 
 
 def test_format_number_against_decimal_text():

@@ -18,11 +18,11 @@ def _write(root, records, text=None):
     (root / "SVAMP.json").write_text(text if text is not None else json.dumps(records, indent=4), encoding="utf-8")
 
 
-def test_answers_without_float_noise_and_questions(tmp_path):
+def test_answers_keep_their_json_text_and_questions(tmp_path):
     _write(tmp_path, [DAN, _problem("chal-3", 8.0), _problem("chal-4", 0.5), _problem("chal-5", 12),
                       _problem("chal-6", 0.1 + 0.2)])
     ds = read_svamp(tmp_path)
-    assert [s.answer for s in ds] == ["1", "8", "0.5", "12", "0.3"]
+    assert [s.answer for s in ds] == ["1", "8", "0.5", "12", "0.30000000000000004"]  # the file's digits
     s = ds[0]
     assert s.question == DAN["Body"] + " " + DAN["Question"] and s.image is None and s.source == "svamp"
     assert s.id == "all/chal-2" and s.meta["final_answer"] == "1" and s.meta["raw_answer"] == 1.0
@@ -48,3 +48,14 @@ def test_malformed_records(tmp_path):
         read_svamp(tmp_path)
     with pytest.raises(FileNotFoundError, match="SVAMP.json does not exist"):
         read_svamp(tmp_path / "nowhere")
+
+
+def test_long_answers_are_not_rounded(tmp_path):
+    text = json.dumps([_problem("chal-1", "@")]).replace('"@"', "12345678901234567.0")
+    _write(tmp_path, None, text=text)
+    s = read_svamp(tmp_path)[0]
+    assert s.answer == s.meta["final_answer"] == "12345678901234567"
+    assert str(s.meta["raw_answer"]) == "12345678901234567.0"  # the JSON text, as a Decimal
+    _write(tmp_path, None, text=json.dumps([_problem("chal-1", "@")]).replace('"@"', "1e5000"))
+    with pytest.raises(DataError, match="record #0 .*malformed record: answer number with more than 4300 digits"):
+        read_svamp(tmp_path)

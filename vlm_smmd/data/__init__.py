@@ -1,27 +1,23 @@
 """Data sources as Samples: charts (ChartQA, PlotQA, DVQA), synthetic clocks, and the text tasks (GSM8K,
-SVAMP, DeepMind Mathematics, synthetic arithmetic; `image=None`); the collator is `data.collator`."""
+SVAMP, DeepMind Mathematics, synthetic arithmetic and word problems; `image=None`); the collator is `data.collator`."""
 
 from importlib import import_module
 
-from .sample import DataError, Sample
+from .sample import DataError, Sample, set_max_image_pixels
+from .tasks import TASKS
 
-# Readers are imported on first use so `from vlm_smmd.data import Sample` stays light.
-_LAZY = {
-    "read_chartqa": ".chartqa",
-    "read_plotqa": ".plotqa",
-    "read_dvqa": ".dvqa",
-    "read_clocks": ".clocks",
-    "read_gsm8k": ".gsm8k",
-    "read_svamp": ".svamp",
-    "read_deepmind_math": ".deepmind_math",
-    "read_arithmetic": ".arithmetic",
-    "MixtureDataset": ".mixture",
-}
+# Readers (`read_<task>`, from the task registry) are imported on first use so `from vlm_smmd.data import
+# Sample` stays light.
+_READERS = {f"read_{name}": name for name in TASKS}
 
-__all__ = ["DataError", "Sample", *_LAZY]
+__all__ = ["DataError", "MixtureDataset", "Sample", "set_max_image_pixels", *_READERS]
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __name__), name)
+    if name in _READERS:
+        from .tasks import reader
+
+        return reader(_READERS[name])
+    if name == "MixtureDataset":
+        return import_module(".mixture", __name__).MixtureDataset
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

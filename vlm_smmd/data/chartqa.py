@@ -26,6 +26,7 @@ from pathlib import Path
 from PIL import Image
 
 from .records import (
+    NUMBER,
     ConcatRecords,
     ImageChecker,
     JsonRecordSamples,
@@ -34,7 +35,7 @@ from .records import (
     finish,
     require,
 )
-from .sample import DataError, Sample, SkipLog, check_on_error, to_rgb
+from .sample import DataError, Sample, SkipLog, check_on_error, decode_image, image_problem, pixel_limit
 
 SUBSETS = ("human", "augmented")
 
@@ -52,13 +53,13 @@ class ChartQAJson(JsonRecordSamples):
     def _fields(self, obj, where):
         imgname = require(obj, "imgname", str, where)
         query = require(obj, "query", str, where)
-        label = require(obj, "label", (str, int, float, list), where)
+        label = require(obj, "label", (str, *NUMBER, list), where)
         labels = label if isinstance(label, list) else [label]
         if not labels:
             raise DataError(f"{where}: malformed record: empty label list")
         answers = []
         for item in labels:
-            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            if isinstance(item, bool) or not isinstance(item, (str, *NUMBER)):
                 raise DataError(f"{where}: malformed record: label {item!r} is not a string or number")
             answers.append(answer_text(item, where))
         return imgname, query, answers
@@ -87,12 +88,7 @@ class EncodedImageSample(Sample):
     def load_image(self) -> Image.Image:
         if not isinstance(self.image, EncodedImage):
             return super().load_image()
-        try:
-            with Image.open(io.BytesIO(self.image.getvalue())) as img:
-                img.load()
-                return to_rgb(img)
-        except Exception as e:  # PIL raises many types for bad data
-            raise DataError(f"{self.origin}: unreadable image (record {self.id!r} of {self.source}): {e}") from None
+        return decode_image(io.BytesIO(self.image.getvalue()), self.origin, f"record {self.id!r} of {self.source}")
 
 
 def _bytes_field(table):
@@ -196,10 +192,10 @@ class ChartQAParquet(Sequence):
                         problems[start + k] = "image missing (null bytes)"
                     elif verify:
                         try:
-                            with Image.open(io.BytesIO(data)) as img:
+                            with pixel_limit(), Image.open(io.BytesIO(data)) as img:
                                 img.verify()
                         except Exception as e:  # PIL raises many types for bad data
-                            problems[start + k] = f"unreadable image: {type(e).__name__}: {e}"
+                            problems[start + k] = image_problem(e)
             start += meta.num_rows
         return problems
 
@@ -269,7 +265,7 @@ def read_chartqa(root, split: str, on_error: str = "raise", *, subsets=SUBSETS, 
         parts = []
         for subset, path in zip(subsets, official):
             part = ChartQAJson(path, root, split, subset, skip_log)
-            part._scan(None, on_error, checker, max_records)
+            part.scan(None, on_error, checker, max_records)
             parts.append(part)
         dataset = ConcatRecords(parts, skip_log)
     elif parquet:

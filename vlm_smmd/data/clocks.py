@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .records import SampleList
-from .sample import DataError, Sample, SkipLog, check_on_error, resolve_in_root
+from .records import SampleList, iter_lines
+from .sample import DataError, Sample, SkipLog, check_on_error, is_blank, resolve_in_root
 
 SOURCE = "clocks"
 _REQUIRED = ("file_name", "question", "answer")
@@ -17,9 +17,9 @@ def read_clocks(root, split: str, on_error: str = "raise") -> SampleList:
 
     Sample: image = path of the PNG (opened lazily), question, answer = the metadata answer string
     ("3:07"), source "clocks", id = the image's file stem, meta = the row's other fields (hour, minute,
-    second, index, render_seed and the style attributes). A malformed line, a path outside the split
-    folder or a missing image raises DataError naming the file and line; with on_error="skip" such
-    records are skipped, counted and reported once.
+    second, index, render_seed and the style attributes). A malformed line (not UTF-8, not JSON, a required
+    field missing or blank), a path outside the split folder or a missing image raises DataError naming
+    the file and line; with on_error="skip" such records are skipped, counted and reported once.
     """
     check_on_error(on_error)
     split_dir = Path(root) / split
@@ -31,30 +31,34 @@ def read_clocks(root, split: str, on_error: str = "raise") -> SampleList:
                         f"{', '.join(found) or 'none'})")
     skipped = SkipLog(SOURCE)
     samples = []
-    with open(meta_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                samples.append(_sample(line, split_dir, meta_path, lineno))
-            except DataError as e:
-                if on_error == "raise":
-                    raise
-                skipped.add(e)
+    for lineno, start, data in iter_lines(meta_path):  # bytes: a line that is not UTF-8 is one bad record
+        if not data.strip():
+            continue
+        try:
+            samples.append(_sample(data, start, split_dir, meta_path, lineno))
+        except DataError as e:
+            if on_error == "raise":
+                raise
+            skipped.add(e)
     skipped.report()
     return SampleList(samples, skipped)
 
 
-def _sample(line: str, split_dir: Path, meta_path: Path, lineno: int) -> Sample:
+def _sample(data: bytes, start: int, split_dir: Path, meta_path: Path, lineno: int) -> Sample:
+    """The Sample of the line `data` (line `lineno`, at byte `start` of the file)."""
     where = f"{meta_path}:{lineno}"
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{where}: malformed record (not JSON: {e.msg})") from None
+        line = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{where}: malformed record (not valid UTF-8: {e.reason} at byte {start + e.start})") from None
+    try:
+        row = json.loads(line)  # floats stay floats: they are style attributes, never the answer (a string)
+    except ValueError as e:  # not JSON, or an integer past Python's digit limit
+        raise DataError(f"{where}: malformed record (not JSON: {getattr(e, 'msg', e)})") from None
     if not isinstance(row, dict):
         raise DataError(f"{where}: malformed record (expected a JSON object)")
     for key in _REQUIRED:
-        if not isinstance(row.get(key), str) or not row[key].strip():
+        if not isinstance(row.get(key), str) or is_blank(row[key]):
             raise DataError(f"{where}: malformed record ({key!r} missing or not a non-empty string)")
     record = f"{where} ({row['file_name']})"
     path = resolve_in_root(split_dir, row["file_name"], record=record, source=SOURCE)

@@ -10,17 +10,27 @@ images itself. Text-only samples (`image=None`) become text-only chats; a batch 
 
 Left padding: every row ends with its answer, so the labelled tails line up at the right end of the
 batch and the trainer can keep only the last few positions' logits (`logits_to_keep`).
+
+Training batches reuse each sample's processed row across epochs (`VLMCollator` docstring): the processor
+treats the texts and images of a batch one by one, so a batch joined from rows processed earlier equals the
+batch processed at once, and a training run sees each sample many times.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 from qwen_vl_utils import smart_resize
 
-from vlm_smmd.data.sample import DataError, Sample, SkipLog, check_on_error
+from vlm_smmd.data.sample import DataError, Sample, SkipLog, check_on_error, is_blank
 from vlm_smmd.numeric import NumericVocab
 
 IGNORE_INDEX = -100
+# What a processed row is made of, for the families whose rows are cached: [B, T] tensors padded on the
+# left, and per-image tensors concatenated over the batch in row order.
+TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
+IMAGE_KEYS = ("pixel_values", "image_grid_thw")
 
 
 def build_messages(sample: Sample, *, system_prompt: str | None = None, instruction: str | None = None,
@@ -58,18 +68,28 @@ class VLMCollator:
       skipped_samples: LongTensor [] (only with on_error="skip"), samples of this call left out;
       and every key the processor returns: Qwen VL mm_token_type_ids [B, T], pixel_values [P, C*t*p*p],
       image_grid_thw [N_img, 3]; Mllama pixel_values [B, I, tiles, C, H, W], aspect_ratio_ids [B, I],
-      aspect_ratio_mask [B, I, tiles], cross_attention_mask [B, T, I, tiles].
+      aspect_ratio_mask [B, I, tiles], cross_attention_mask [B, T, I, tiles];
+      position_ids (Qwen2.5-VL batches with images: mRoPE [3, B, T]), the positions the model would
+      otherwise compute in its forward pass (`Family.position_ids`).
 
     `processor` is the family's processor, or a tokenizer for text LLMs; `family` defaults to the one the
     processor belongs to. `min_pixels` / `max_pixels` (Qwen VL) default to the processor's own. A sample
     longer than `max_length` tokens, an empty answer, text holding special tokens, an image for a text-only
     model or an unusable image is a DataError naming the record; with on_error="skip" it is left out of
     the batch and counted in `skip_log` (a warning reports the running count).
+
+    Training batches (`__call__`) keep each sample's processed row (token ids, mask, token types, pixel
+    values, grid) for Qwen VL and text families, keyed by image path, question and answer, until the rows
+    take `cache_mb` MiB (0: no cache; a 56 px image's row takes 75 KiB); a batch is then joined from rows
+    (left padding), which equals the processor's output for the same samples. Samples with in-memory images
+    are processed every time, and DataLoader workers keep no rows (their collation already runs beside the
+    training step, and a worker's rows would end with it at the end of the epoch).
     """
 
     def __init__(self, processor, *, family=None, numeric_vocab: NumericVocab | None = None,
                  system_prompt: str | None = None, instruction: str | None = None, max_length: int | None = None,
-                 min_pixels: int | None = None, max_pixels: int | None = None, on_error: str = "raise"):
+                 min_pixels: int | None = None, max_pixels: int | None = None, on_error: str = "raise",
+                 cache_mb: int = 2048):
         from vlm_smmd.families import family_of_processor
 
         check_on_error(on_error)
@@ -100,6 +120,10 @@ class VLMCollator:
         self.assistant_header = tok.encode(self.family.assistant_header, add_special_tokens=False)
         # Text that would be read as control tokens (turn markers, image placeholders) is refused.
         self.special_texts = [t.content for t in tok.added_tokens_decoder.values() if t.special]
+        # processed rows by sample (`_key`); None where the processor's output is not made of rows we can join
+        cacheable = cache_mb > 0 and (not self.family.vision or self.family.resize_factor is not None)
+        self.row_cache: dict | None = {} if cacheable else None
+        self.row_cache_bytes, self.row_cache_budget = 0, cache_mb * 2**20
 
     # -- per sample -------------------------------------------------------------------------------
     def resize(self, image, where: str = ""):
@@ -122,7 +146,7 @@ class VLMCollator:
         if with_answer:
             if not isinstance(sample.answer, str):
                 raise DataError(f"answer is not a string ({type(sample.answer).__name__}) ({where})")
-            if not sample.answer.strip():
+            if is_blank(sample.answer):  # nothing visible: whitespace, zero-width and other format characters
                 raise DataError(f"empty answer ({where})")
         fields = (("question", sample.question), ("answer", sample.answer if with_answer else ""))
         for name, text in fields:
@@ -183,31 +207,136 @@ class VLMCollator:
         if not samples:
             raise ValueError(f"{type(self).__name__} got an empty list of samples")
         skipped_before = self.skip_log.total
-        kept, texts, images = self._gather(samples, with_answer=True, on_error=self.on_error)
-        if not kept:
-            raise self._all_skipped(len(samples))
-        batch = self._process(texts, images, kept)
-
-        if self.max_length is not None:
-            lengths = batch["attention_mask"].sum(1)
-            too_long = (lengths > self.max_length).tolist()
-            for row in [r for r, long in enumerate(too_long) if long]:
-                s = kept[row]
-                self._skip_or_raise(DataError(f"sample too long: {int(lengths[row])} tokens > max_length "
-                                              f"{self.max_length} (record {s.id!r} of {s.source})"))
-            if all(too_long):
-                raise self._all_skipped(len(samples))
-            if any(too_long):  # rare: process the rest again rather than cut rows out of every output
-                rows = [r for r, long in enumerate(too_long) if not long]
-                kept, texts, images = [kept[r] for r in rows], [texts[r] for r in rows], [images[r] for r in rows]
-                batch = self._process(texts, images, kept)
+        if self.row_cache is not None:
+            kept, batch = self._joined(samples)
+        else:
+            kept, texts, images = self._gather(samples, with_answer=True, on_error=self.on_error)
+            kept, batch = self._processed(kept, texts, images, len(samples))
 
         batch["labels"] = self._labels(batch["input_ids"], kept)
         batch["numeric_mask"] = self.numeric_vocab.mask(batch["labels"])
+        positions = self.family.position_ids(batch, self.processor)
+        if positions is not None:
+            batch["position_ids"] = positions
         if self.on_error == "skip":  # the batch carries its count, so the trainer can total it over workers
             batch["skipped_samples"] = torch.tensor(self.skip_log.total - skipped_before)
         if self.skip_log.total > skipped_before:
             self.skip_log.report()
+        return batch
+
+    def _too_long(self, lengths: list[int], kept) -> list[bool]:
+        """Which rows exceed max_length (each one raised or counted as skipped)."""
+        too_long = [self.max_length is not None and n > self.max_length for n in lengths]
+        for row in [r for r, long in enumerate(too_long) if long]:
+            s = kept[row]
+            self._skip_or_raise(DataError(f"sample too long: {lengths[row]} tokens > max_length {self.max_length} "
+                                          f"(record {s.id!r} of {s.source})"))
+        return too_long
+
+    def _processed(self, kept, texts, images, n: int, batch: dict | None = None):
+        """(kept samples, batch) from one processor call over the prepared samples (`batch`, when given, is
+        that call's output), less the samples over max_length; `n` samples were asked for."""
+        if not kept:
+            raise self._all_skipped(n)
+        batch = batch if batch is not None else self._process(texts, images, kept)
+        too_long = self._too_long(batch["attention_mask"].sum(1).tolist(), kept)
+        if all(too_long):
+            raise self._all_skipped(n)
+        if any(too_long):  # rare: process the rest again rather than cut rows out of every output
+            rows = [r for r, long in enumerate(too_long) if not long]
+            kept, texts, images = [kept[r] for r in rows], [texts[r] for r in rows], [images[r] for r in rows]
+            batch = self._process(texts, images, kept)
+        return kept, batch
+
+    # -- the row cache ----------------------------------------------------------------------------
+    @staticmethod
+    def _key(sample: Sample):
+        """What a sample's processed row depends on besides the collator's settings; None when it cannot be
+        told by value (an in-memory image; a question or answer that is not text, which fails its check)."""
+        if not (isinstance(sample.question, str) and isinstance(sample.answer, str)):
+            return None
+        if sample.image is not None and not isinstance(sample.image, (str, os.PathLike)):
+            return None
+        return (None if sample.image is None else os.fspath(sample.image)), sample.question, sample.answer
+
+    def _joined(self, samples):
+        """(kept samples, batch) joined from each sample's processed row: the cached ones, and the others
+        from one processor call (then cached while the budget lasts)."""
+        keys = [self._key(s) for s in samples]
+        rows = [None if key is None else self.row_cache.get(key) for key in keys]
+        todo, texts, images = [], [], []
+        for i in [i for i, row in enumerate(rows) if row is None]:
+            try:
+                text, image = self._prepare(samples[i], with_answer=True)
+            except DataError as e:
+                self._skip_or_raise(e)
+                continue
+            todo.append(i)
+            texts.append(text)
+            images.append(image)
+        if todo:
+            batch = self._process(texts, images, [samples[i] for i in todo])
+            if not set(batch) <= {*TOKEN_KEYS, *IMAGE_KEYS}:  # a processor whose output is not rows we can join
+                if any(row is not None for row in rows):
+                    raise RuntimeError(f"the processor returned {sorted(batch)} after batches of rows; build the "
+                                       "collator with cache_mb=0")
+                self.row_cache = None
+                return self._processed([samples[i] for i in todo], texts, images, len(samples), batch)
+            for i, row in zip(todo, self._split(batch, images)):
+                rows[i] = row
+                self._remember(keys[i], row)
+            if len(todo) == len(samples):  # no row came from the cache: this call's batch is the joined batch
+                return self._processed(samples, texts, images, len(samples), batch)
+        kept = [s for s, row in zip(samples, rows) if row is not None]
+        rows = [row for row in rows if row is not None]
+        if not kept:
+            raise self._all_skipped(len(samples))
+        too_long = self._too_long([len(row["input_ids"]) for row in rows], kept)
+        kept = [s for s, long in zip(kept, too_long) if not long]
+        rows = [row for row, long in zip(rows, too_long) if not long]
+        if not kept:
+            raise self._all_skipped(len(samples))
+        return kept, self._join(rows)
+
+    def _remember(self, key, row: dict) -> None:
+        size = sum(t.numel() * t.element_size() for t in row.values())
+        in_worker = torch.utils.data.get_worker_info() is not None
+        if key is not None and not in_worker and self.row_cache_bytes + size <= self.row_cache_budget:
+            self.row_cache[key] = row
+            self.row_cache_bytes += size
+
+    @staticmethod
+    def _split(batch: dict, images) -> list[dict]:
+        """One processed batch as rows: each sample's TOKEN_KEYS without the left padding ([L]) and its
+        images' IMAGE_KEYS ([P_i, ...] and [N_i, 3]); copies, so a row does not hold the batch's memory."""
+        lengths = batch["attention_mask"].sum(1).tolist()
+        width = batch["input_ids"].shape[1]
+        grids = batch.get("image_grid_thw")
+        pixels = torch.split(batch["pixel_values"], grids.prod(-1).tolist()) if grids is not None else ()
+        rows, image = [], 0
+        for r, (length, row_images) in enumerate(zip(lengths, images)):
+            row = {key: batch[key][r, width - length:].clone() for key in TOKEN_KEYS if key in batch}
+            if row_images:
+                row["pixel_values"] = torch.cat(pixels[image:image + len(row_images)])
+                row["image_grid_thw"] = grids[image:image + len(row_images)].clone()
+                image += len(row_images)
+            rows.append(row)
+        return rows
+
+    def _join(self, rows: list[dict]) -> dict:
+        """The batch of these rows, as the processor pads it: on the left, with the pad id in input_ids and
+        0 elsewhere; the images' tensors concatenated in row order."""
+        width = max(len(row["input_ids"]) for row in rows)
+        batch = {}
+        for key in [k for k in TOKEN_KEYS if k in rows[0]]:
+            fill = self.pad_id if key == "input_ids" else 0
+            padded = torch.full((len(rows), width), fill, dtype=rows[0][key].dtype)
+            for r, row in enumerate(rows):
+                padded[r, width - len(row[key]):] = row[key]
+            batch[key] = padded
+        with_images = [row for row in rows if "image_grid_thw" in row]
+        for key in IMAGE_KEYS if with_images else ():
+            batch[key] = torch.cat([row[key] for row in with_images])
         return batch
 
     def _labels(self, input_ids: torch.Tensor, kept) -> torch.Tensor:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .records import ConcatRecords, LineRecords, finish, iter_lines, number_text
-from .sample import DataError, Sample, SkipLog, check_on_error
+from .sample import DataError, Sample, SkipLog, check_on_error, is_blank
 
 SOURCE = "deepmind_math"
 SPLITS = ("train-easy", "train-medium", "train-hard", "interpolate", "extrapolate")
@@ -69,7 +69,7 @@ class ModuleFile(LineRecords):
         if len(lines) < 2:
             raise DataError(f"{where}: malformed record: the question has no answer line (the file ends after it)")
         question, raw = lines[0].strip(), lines[1].strip()
-        if not question or not raw:
+        if is_blank(question) or is_blank(raw):
             raise DataError(f"{where}: malformed record: empty question or answer")
         answer = number_text(raw)
         if answer is None:

@@ -4,8 +4,9 @@ Layout (as released): `{root}/qa/{split}_qa.json` (or `{root}/{split}_qa.json`),
 {question_id, image, question, answer, template_id, answer_bbox}; images `{root}/images/{image}`
 (`bar_{split}_xxxxxxxx.png`); splits train, val_easy, val_hard. Answers are strings: numbers denoting a
 value are digits ("7"), counts are words ("three"); both are kept unchanged (numbers given as JSON numbers
-are written without float noise). `meta["template_id"]` is kept as given and `meta["question_type"]` is
-structure | data | reasoning, named by the template id (None if it names none of them).
+are written with the digits of their JSON text, `records.format_number`). `meta["template_id"]` is kept as
+given and `meta["question_type"]` is structure | data | reasoning, named by the template id (None if it
+names none of them).
 
 The file is streamed and indexed like PlotQA's (see `vlm_smmd.data.records`): records are parsed again on
 access. Image checks: confinement to `images/` and existence at read time; PIL `verify()` too with
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .records import ImageChecker, JsonRecordSamples, answer_text, finish, require
+from .records import NUMBER, ImageChecker, JsonRecordSamples, answer_text, finish, require
 from .sample import Sample, SkipLog, check_on_error
 
 QUESTION_TYPES = ("structure", "data", "reasoning")
@@ -41,7 +42,7 @@ class DVQADataset(JsonRecordSamples):
     def _fields(self, obj, where):
         image = require(obj, "image", str, where)
         question = require(obj, "question", str, where)
-        answer = answer_text(require(obj, "answer", (str, int, float), where), where)
+        answer = answer_text(require(obj, "answer", (str, *NUMBER), where), where)
         template_id = require(obj, "template_id", str, where, optional=True)
         question_id = require(obj, "question_id", (int, str), where, optional=True)
         qtype = require(obj, "question_type", str, where, optional=True)  # the README's name for it
@@ -72,5 +73,5 @@ def read_dvqa(root, split: str, on_error: str = "raise", *, verify_images: bool 
     if path is None:
         raise FileNotFoundError(f"DVQA: none of {', '.join(map(str, candidates))} exists")
     dataset = DVQADataset(path, root, split)
-    dataset._scan(None, on_error, ImageChecker(verify_images), max_records)
+    dataset.scan(None, on_error, ImageChecker(verify_images), max_records)
     return finish(dataset, on_error)

@@ -20,8 +20,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from .sample import Sample
-
-READERS = ("chartqa", "plotqa", "dvqa", "clocks", "gsm8k", "svamp", "deepmind_math", "arithmetic")
+from .tasks import TASKS, read
 
 
 def _per_source(value, names: list[str], what: str) -> list:
@@ -114,21 +113,19 @@ class MixtureDataset(Dataset):
     def from_spec(cls, spec, *, size: int | None = None, seed: int = 0, on_error: str = "raise"):
         """Read each source of a spec and mix them.
 
-        spec: a list of dicts {"name": one of READERS, "root": ..., "split": "train", "weight": ...,
+        spec: a list of dicts {"name": a task of `tasks.TASKS`, "root": ..., "split": "train", "weight": ...,
         "limit": ..., "label": ..., "on_error": ...}; any other key is passed to the reader (e.g. "version",
         "round_digits", "verify_images", "max_records"; GSM8K "target"; DeepMind Mathematics "modules",
         "numeric_only"). Text sources yield text-only Samples (image None). "label" names the source in the
         mixture (default "name:split"). Weights are used when any entry gives one (others default to 1).
         """
-        from vlm_smmd import data
-
         sources, weights, limits = {}, {}, {}
         any_weight = any("weight" in entry for entry in spec)
         for k, entry in enumerate(spec):
             entry = dict(entry)
             name = entry.pop("name", None)
-            if name not in READERS:
-                raise ValueError(f"mixture spec entry {k}: name must be one of {READERS}, got {name!r}")
+            if name not in TASKS:
+                raise ValueError(f"mixture spec entry {k}: name must be one of {tuple(TASKS)}, got {name!r}")
             if "root" not in entry:
                 raise ValueError(f"mixture spec entry {k} ({name}): missing 'root'")
             root, split = entry.pop("root"), entry.pop("split", "train")
@@ -137,8 +134,7 @@ class MixtureDataset(Dataset):
                 raise ValueError(f"mixture spec entry {k}: duplicate source {label!r}; give it a 'label'")
             weights[label] = entry.pop("weight", 1.0)
             limits[label] = entry.pop("limit", None)
-            reader = getattr(data, f"read_{name}")  # lazy: each reader module is imported on first use
-            sources[label] = reader(root, split, on_error=entry.pop("on_error", on_error), **entry)
+            sources[label] = read(name, root, split, on_error=entry.pop("on_error", on_error), **entry)
         return cls(sources, weights if any_weight else None, limits, size=size, seed=seed)
 
     @property
@@ -151,10 +147,6 @@ class MixtureDataset(Dataset):
             lines.append(f"{name:<24} {len(source):>10} {self.counts[name]:>10} {getattr(source, 'skipped', 0):>8}")
         lines.append(f"{'total':<24} {sum(map(len, self.sources)):>10} {len(self):>10} {self.skipped:>8}")
         return "\n".join(lines)
-
-    def source_of(self, i: int) -> str:
-        """The name of the source that item i comes from."""
-        return self.names[int(self._source[i])]
 
     def __len__(self) -> int:
         return len(self._source)

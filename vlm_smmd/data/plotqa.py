@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .records import ImageChecker, JsonRecordSamples, answer_text, finish, require
+from .records import NUMBER, ImageChecker, JsonRecordSamples, answer_text, finish, require
 from .sample import Sample, SkipLog, check_on_error
 
 # ------------------------------------------------------------------------------------------------ PlotQA
@@ -36,7 +36,7 @@ class PlotQADataset(JsonRecordSamples):
     def _fields(self, obj, where):
         image_index = require(obj, "image_index", (int, str), where)
         question = require(obj, "question_string", str, where)
-        raw = require(obj, "answer", (str, int, float), where)
+        raw = require(obj, "answer", (str, *NUMBER), where)
         answer = answer_text(raw, where, self.round_digits)
         template = require(obj, "template", str, where, optional=True)
         qtype = require(obj, "type", str, where, optional=True)
@@ -61,8 +61,9 @@ def read_plotqa(root, split: str, on_error: str = "raise", *, version: str | Non
     """PlotQA question-answer pairs of `split` as a lazy sequence of Samples.
 
     `version` "V1" or "V2" picks `qa_pairs_{version}.json`; None takes V2 when present, else V1.
-    Numeric answers become strings without float noise (see `format_number`), rounded half-up to
-    `round_digits` decimals when given; the JSON value is kept in `meta["raw_answer"]`. `max_records` stops
+    Numeric answers become strings with the digits of their JSON text (see `format_number`: nothing
+    rounded, trailing zeros dropped), rounded half-up to `round_digits` decimals only when given; the JSON
+    value is kept in `meta["raw_answer"]` (a Decimal for a number with a fraction or exponent). `max_records` stops
     the scan after that many usable records (V2 is large). Skipped records: `dataset.skipped`, `.skip_log`.
     """
     check_on_error(on_error)
@@ -78,5 +79,5 @@ def read_plotqa(root, split: str, on_error: str = "raise", *, version: str | Non
     if path is None:
         raise FileNotFoundError(f"PlotQA: none of {', '.join(map(str, candidates))} exists")
     dataset = PlotQADataset(path, root, split, round_digits)
-    dataset._scan("qa_pairs", on_error, ImageChecker(verify_images), max_records)
+    dataset.scan("qa_pairs", on_error, ImageChecker(verify_images), max_records)
     return finish(dataset, on_error)

@@ -6,6 +6,7 @@ chart sources, lines for the text sources), each record parsed again on access.
 from __future__ import annotations
 
 import codecs
+import decimal
 import itertools
 import json
 import math
@@ -18,43 +19,56 @@ from pathlib import Path
 
 from PIL import Image
 
-from .sample import DataError, Sample, SkipLog, resolve_in_root
+from .sample import DataError, Sample, SkipLog, image_problem, is_blank, pixel_limit, resolve_in_root
 
 # ----------------------------------------------------------------------------------------------- numbers
 
+NUMBER = (int, float, Decimal)  # a JSON number as `parse_json` gives it (Decimal; float for NaN / Infinity)
+MAX_NUMBER_DIGITS = 4300  # longest number written out (Python's default limit for int <-> str)
+_EXACT = decimal.Context(prec=MAX_NUMBER_DIGITS + 10)  # rounding that loses no digit but the ones asked
+
 
 def format_number(value, round_digits: int | None = None) -> str:
-    """A JSON number as a plain decimal string without float noise.
+    """A number as a plain decimal string (never an exponent), its value unchanged.
 
-    Integers stay exact (`3` -> "3"); floats keep at most 15 significant digits, which is what a double
-    holds reliably, so 51.67 -> "51.67", 3.0 -> "3", 0.1 + 0.2 -> "0.3", 1.2e-05 -> "0.000012"
-    (never an exponent). `round_digits` rounds half-up to that many decimals ("2.675", 2 -> "2.68").
-    Trailing zeros after the point are dropped. Raises ValueError for bools, NaN and infinities.
+    Integers and Decimals are written exactly (`3` -> "3", Decimal("12345678901234567.0") ->
+    "12345678901234567", Decimal("1.2E-5") -> "0.000012"); a float as its shortest text that reads back
+    as the same double (`repr`: 51.67 -> "51.67", 0.1 + 0.2 -> "0.30000000000000004"). The JSON readers
+    give Decimals (`parse_json`), so a label keeps the digits its file wrote. `round_digits` rounds
+    half-up to that many decimals, on the decimal text ("2.675", 2 -> "2.68"): the one way a label is
+    rounded, and only when asked. Trailing zeros after the point are dropped. Raises ValueError for bools,
+    NaN, infinities and numbers longer than MAX_NUMBER_DIGITS digits.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
         raise ValueError(f"not a number: {value!r}")
-    if isinstance(value, int):
-        number = Decimal(value)
-    elif isinstance(value, float):
+    if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"not a finite number: {value!r}")
-        number = Decimal(format(value, ".15g"))
-    else:
-        if not value.is_finite():
-            raise ValueError(f"not a finite number: {value!r}")
-        number = value
+        value = Decimal(repr(value))
+    elif isinstance(value, Decimal) and not value.is_finite():
+        raise ValueError(f"not a finite number: {value!r}")
+    number = Decimal(value)
+    if number and max(number.adjusted() + 1, -number.as_tuple().exponent) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"number with more than {MAX_NUMBER_DIGITS} digits: {str(value)[:40]}...")
     if round_digits is not None:
-        number = number.quantize(Decimal(1).scaleb(-round_digits), rounding=ROUND_HALF_UP)
+        number = number.quantize(Decimal(1).scaleb(-round_digits), rounding=ROUND_HALF_UP,
+                                 context=_EXACT)
     text = format(number, "f")
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
 
 
+def parse_json(data: str | bytes):
+    """`json.loads` with every JSON number that has a fraction or an exponent as an exact Decimal of its
+    text, so no label is rounded through a float (integers are exact ints already)."""
+    return json.loads(data, parse_float=Decimal)
+
+
 # ------------------------------------------------------------------------------ streaming JSON arrays
 
 _WS = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+_DECODER = json.JSONDecoder(parse_float=Decimal)  # numbers as `parse_json` reads them
 CHUNK_BYTES = 1 << 20  # read window of the streaming parser
 
 
@@ -65,6 +79,7 @@ class _JsonStream:
         self.f, self.path, self.chunk = f, path, chunk_bytes
         self.decoder = codecs.getincrementaldecoder("utf-8")("strict")
         self.buf, self.pos, self.eof = "", 0, False
+        self.read_bytes = 0  # bytes read from the file so far
         self.ascii = True  # buf holds ASCII only: char offsets are byte offsets
         self.anchor, self.anchor_byte = 0, 0  # a buf index whose byte offset in the file is known
 
@@ -73,10 +88,13 @@ class _JsonStream:
         if self.eof:
             return False
         data = self.f.read(size or self.chunk)
+        pending = len(self.decoder.getstate()[0])  # bytes of a character cut at the previous chunk's end
         try:
             text = self.decoder.decode(data, final=not data)
-        except UnicodeDecodeError as e:
-            raise DataError(f"{self.path}: not valid UTF-8 near byte {self.byte_of(len(self.buf))}: {e}") from None
+        except UnicodeDecodeError as e:  # e.start counts from the pending bytes
+            raise DataError(f"{self.path}: not valid UTF-8 at byte {self.read_bytes - pending + e.start}: "
+                            f"{e.reason} (byte 0x{e.object[e.start]:02x})") from None
+        self.read_bytes += len(data)
         self.eof = not data
         if self.pos > self.chunk:
             self.anchor_byte, self.anchor = self.byte_at(self.pos), 0
@@ -126,6 +144,8 @@ class _JsonStream:
                     raise DataError(f"{self.path}: invalid JSON at byte {self.byte_of(e.pos)}: {e.msg}") from None
                 self.more(max(self.chunk, len(self.buf) - self.pos))  # long values: double the window
                 continue
+            except ValueError as e:  # an integer past Python's digit limit
+                raise DataError(f"{self.path}: invalid JSON value at byte {self.byte_of(self.pos)}: {e}") from None
             if end == len(self.buf) and self.more():
                 continue  # a number may go on in the next chunk
             start, self.pos = self.pos, end
@@ -191,17 +211,17 @@ class ImageChecker:
         return path
 
     def check(self, path: Path, where: str) -> None:
-        """Raise DataError ('image missing' / 'unreadable image') naming the image and `where`."""
+        """Raise DataError ('image missing' / 'image too large' / 'unreadable image') naming the image and `where`."""
         if path not in self._seen:
             problem = None
             if not path.is_file():
                 problem = "image missing"
             elif self.verify:
                 try:
-                    with Image.open(path) as img:
+                    with pixel_limit(), Image.open(path) as img:
                         img.verify()
                 except Exception as e:  # PIL raises many types for bad files
-                    problem = f"unreadable image: {type(e).__name__}: {e}"
+                    problem = image_problem(e)
             self._seen[path] = problem
         problem = self._seen[path]
         if problem:
@@ -217,15 +237,16 @@ def require(obj: dict, key: str, types, where: str, *, optional: bool = False):
         raise DataError(f"{where}: malformed record: missing key {key!r}")
     value = obj[key]
     if isinstance(value, bool) or not isinstance(value, types):
-        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)) if t is not Decimal)
         raise DataError(f"{where}: malformed record: {key!r} should be {names}, got {type(value).__name__}")
     return value
 
 
 def answer_text(value, where: str, round_digits: int | None = None) -> str:
-    """A label as the training target: strings unchanged, numbers through `format_number`."""
+    """A label as the training target: strings unchanged (one that shows nothing, `is_blank`, is an empty
+    answer), numbers through `format_number`."""
     if isinstance(value, str):
-        if not value.strip():
+        if is_blank(value):
             raise DataError(f"{where}: malformed record: empty answer")
         return value
     try:
@@ -234,8 +255,43 @@ def answer_text(value, where: str, round_digits: int | None = None) -> str:
         raise DataError(f"{where}: malformed record: answer {e}") from None
 
 
-class JsonRecordSamples(Sequence):
-    """Samples backed by byte ranges of one JSON file; a record is parsed again on each access.
+class ByteRecords(Sequence):
+    """Records kept as byte ranges of one file (offset and length, 12 bytes a record) and read again on
+    each access, so that a reader of millions of records holds no parsed record in memory. A reader's scan
+    validates each record once and `_add`s the kept ones; subclasses define `_load(i, data: bytes)`."""
+
+    def __init__(self, path: Path, skip_log: SkipLog):
+        self.path = Path(path)
+        self.skip_log = skip_log
+        self._starts = array("q")
+        self._lengths = array("I")
+
+    def _add(self, start: int, length: int) -> None:
+        self._starts.append(start)
+        self._lengths.append(length)
+
+    @property
+    def skipped(self) -> int:
+        return self.skip_log.total
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = check_index(i, len(self))
+        with open(self.path, "rb") as f:
+            f.seek(self._starts[i])
+            data = f.read(self._lengths[i])
+        return self._load(i, data)
+
+    def _load(self, i: int, data: bytes) -> Sample:
+        raise NotImplementedError
+
+
+class JsonRecordSamples(ByteRecords):
+    """Samples backed by the records of one JSON array (`iter_json_array`).
 
     Subclasses define `_fields(obj, where)` (validate a record -> tuple, DataError if malformed),
     `_image_ref(fields) -> (folder, relative name)` and `_sample(fields, record_no, image_path)`.
@@ -244,13 +300,11 @@ class JsonRecordSamples(Sequence):
     source = "json"
 
     def __init__(self, path: Path, skip_log: SkipLog):
-        self.path = Path(path)
-        self.skip_log = skip_log
-        self._starts = array("q")
-        self._lengths = array("I")
+        super().__init__(path, skip_log)
         self._skips: list[int] = []  # for each skipped record, the kept index that came after it
 
-    def _scan(self, key: str | None, on_error: str, checker: ImageChecker, max_records: int | None) -> None:
+    def scan(self, key: str | None, on_error: str, checker: ImageChecker, max_records: int | None) -> None:
+        """Validate every record of the array (under `key` when the file is an object) and its image."""
         for record_no, (start, end, obj) in enumerate(iter_json_array(self.path, key)):
             where = f"record #{record_no} in {self.path}"
             try:
@@ -265,8 +319,7 @@ class JsonRecordSamples(Sequence):
                 self.skip_log.add(e)
                 self._skips.append(len(self._starts))
                 continue
-            self._starts.append(start)
-            self._lengths.append(end - start)
+            self._add(start, end - start)
             if max_records is not None and len(self._starts) >= max_records:
                 break
 
@@ -274,28 +327,20 @@ class JsonRecordSamples(Sequence):
     def skipped(self) -> int:
         return len(self._skips)
 
-    def __len__(self) -> int:
-        return len(self._starts)
-
     def record_number(self, i: int) -> int:
         """Position in the file's array of the i-th kept record."""
         return i + bisect_right(self._skips, i)
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        i = check_index(i, len(self._starts))
+    def _load(self, i: int, data: bytes) -> Sample:
         record_no = self.record_number(i)
         where = f"record #{record_no} in {self.path}"
-        with open(self.path, "rb") as f:
-            f.seek(self._starts[i])
-            try:
-                obj = json.loads(f.read(self._lengths[i]))
-            except ValueError:
-                raise DataError(f"{where}: no longer valid JSON (was the file changed after reading?)") from None
+        try:
+            obj = parse_json(data)
+        except ValueError:
+            raise DataError(f"{where}: no longer valid JSON (was the file changed after reading?)") from None
         fields = self._fields(obj, where)
         folder, relative = self._image_ref(fields)
-        return self._sample(fields, record_no, folder / relative)  # confined to folder: checked by _scan
+        return self._sample(fields, record_no, folder / relative)  # confined to folder: checked by scan
 
     def _fields(self, obj: dict, where: str) -> tuple:
         raise NotImplementedError
@@ -382,21 +427,18 @@ def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
             yield lineno, start, body
 
 
-class LineRecords(Sequence):
-    """Records stored as byte ranges of one text file (one or more lines each), read again on access.
+class LineRecords(ByteRecords):
+    """Records stored as byte ranges of one text file (one or more lines each).
 
     One pass (`_keep` / `_drop`, called by the reader's scan) validates each record through `_sample` and
-    keeps its offset, length and first line number (16 bytes a record). Subclasses define
+    keeps its offset, length and first line number. Subclasses define
     `_sample(lines: list[str], lineno: int) -> Sample`, raising DataError naming `self.where(lineno)`.
     """
 
     source = "lines"
 
     def __init__(self, path: Path, skip_log: SkipLog):
-        self.path = Path(path)
-        self.skip_log = skip_log
-        self._starts = array("q")
-        self._lengths = array("I")
+        super().__init__(path, skip_log)
         self._linenos = array("I")
 
     def where(self, lineno: int) -> str:
@@ -417,8 +459,7 @@ class LineRecords(Sequence):
         except DataError as e:
             self._drop(e, on_error)
             return False
-        self._starts.append(start)
-        self._lengths.append(len(data) if length is None else length)
+        self._add(start, len(data) if length is None else length)
         self._linenos.append(lineno)
         return True
 
@@ -427,20 +468,7 @@ class LineRecords(Sequence):
             raise error
         self.skip_log.add(error)
 
-    @property
-    def skipped(self) -> int:
-        return self.skip_log.total
-
-    def __len__(self) -> int:
-        return len(self._starts)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        i = check_index(i, len(self))
-        with open(self.path, "rb") as f:
-            f.seek(self._starts[i])
-            data = f.read(self._lengths[i])
+    def _load(self, i: int, data: bytes) -> Sample:
         return self._sample(self._decode(data, self._linenos[i]), self._linenos[i])
 
     def _sample(self, lines: list[str], lineno: int) -> Sample:
@@ -462,9 +490,9 @@ class JsonLines(LineRecords):
     def _sample(self, lines, lineno):
         where = self.where(lineno)
         try:
-            obj = json.loads(lines[0])
-        except json.JSONDecodeError as e:
-            raise DataError(f"{where}: malformed record: not JSON ({e.msg})") from None
+            obj = parse_json(lines[0])
+        except ValueError as e:  # not JSON, or an integer past Python's digit limit
+            raise DataError(f"{where}: malformed record: not JSON ({getattr(e, 'msg', e)})") from None
         if not isinstance(obj, dict):
             raise DataError(f"{where}: malformed record: expected an object, got {type(obj).__name__}")
         return self._from_json(obj, lineno, where)

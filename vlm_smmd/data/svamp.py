@@ -2,17 +2,17 @@
 
 Layout (github.com/arkilpatel/SVAMP): `{root}/SVAMP.json`, a JSON list of
 `{"ID", "Body", "Question", "Equation", "Answer", "Type"}`. The question is Body + " " + Question (each
-stripped); Answer is a JSON number, written as the target without float noise (8.0 -> "8", 0.5 -> "0.5",
-see `records.format_number`). SVAMP is a challenge set with no train/test division: split "all" is the
-whole file, and "test" names the same 1000 problems (SVAMP is evaluated whole); other splits are refused.
+stripped); Answer is a JSON number, written as the target with the digits of its JSON text (8.0 -> "8",
+0.5 -> "0.5": trailing zeros dropped, nothing rounded; see `records.format_number`). SVAMP is a challenge
+set with no train/test division: split "all" is the whole file, and "test" names the same 1000 problems
+(SVAMP is evaluated whole); other splits are refused.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .records import SampleList, answer_text, finish, require
+from .records import NUMBER, SampleList, answer_text, finish, parse_json, require
 from .sample import DataError, Sample, SkipLog, check_on_error
 
 SOURCE = "svamp"
@@ -26,7 +26,7 @@ def _sample(obj, split: str, index: int, where: str) -> Sample:
     question = require(obj, "Question", str, where)
     if not question.strip():
         raise DataError(f"{where}: malformed record: empty 'Question'")
-    raw = require(obj, "Answer", (int, float), where)
+    raw = require(obj, "Answer", NUMBER, where)
     answer = answer_text(raw, where)
     ident = require(obj, "ID", (str, int), where, optional=True)
     meta = {"split": split, "final_answer": answer, "raw_answer": raw, "svamp_id": ident,
@@ -49,8 +49,8 @@ def read_svamp(root, split: str = "all", on_error: str = "raise") -> SampleList:
         raise FileNotFoundError(f"SVAMP: {path} does not exist (root is the arkilpatel/SVAMP folder)")
     try:
         with open(path, encoding="utf-8-sig") as f:
-            records = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            records = parse_json(f.read())
+    except ValueError as e:  # not JSON, not UTF-8, or an integer past Python's digit limit
         raise DataError(f"{path}: invalid JSON: {e}") from None
     if not isinstance(records, list):
         raise DataError(f"{path}: expected a JSON list of problems, got {type(records).__name__}")

@@ -1,0 +1,72 @@
+"""Every dataset the pipeline knows, named once: its reader, how its answers are scored, the meta keys
+its results are broken down by, and the synthetic sets that render it.
+
+Config validation, training, evaluation, analysis and the mixture all read `TASKS`; adding a reader costs
+the reader's module plus one entry here. Light on purpose (no torch, no reader imported until `read`), so
+that the command line checks names before anything heavy loads.
+
+Metric kinds (`Task.metric`):
+- "relaxed": chart QA; exact match plus relaxed accuracy (ChartQA's 5% rule), max over the labels.
+- "final_number": text problems; the final number of the generation against the exact final answer.
+- "clock": clock readings on the 12-hour dial (time exact, hour / minute correct, gap in minutes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+METRIC_KINDS = ("relaxed", "final_number", "clock")
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    reader: str  # "module:function" under vlm_smmd.data; called as reader(root, split, on_error=..., **options)
+    metric: str  # one of METRIC_KINDS
+    breakdowns: tuple[str, ...] = ()  # meta keys results are grouped by (clocks: every style key instead)
+    image: bool = True  # False: text-only samples (image None)
+    unseen_key: str | None = None  # what its unseen split holds out, when not the answers: a meta key
+
+
+TASKS = {t.name: t for t in (
+    Task("clocks", "clocks:read_clocks", "clock"),
+    Task("chartqa", "chartqa:read_chartqa", "relaxed", ("subset",)),
+    Task("plotqa", "plotqa:read_plotqa", "relaxed", ("template", "type")),
+    Task("dvqa", "dvqa:read_dvqa", "relaxed", ("template_id", "question_type")),
+    Task("gsm8k", "gsm8k:read_gsm8k", "final_number", image=False),
+    Task("svamp", "svamp:read_svamp", "final_number", ("type",), image=False),
+    Task("deepmind_math", "deepmind_math:read_deepmind_math", "final_number", ("module",), image=False),
+    Task("arithmetic", "arithmetic:read_arithmetic", "final_number", ("operation",), image=False),
+    Task("word_problems", "word_problems:read_word_problems", "final_number", ("template", "steps", "distractor"),
+         image=False, unseen_key="template"),  # its test_unseen holds out templates; answers recur
+)}
+
+# `synthesize:` kinds: the synthetic set rendered into data_root, and the task whose layout it is written in
+# (bars: unlabelled bars against an axis, in ChartQA's layout). "none" renders nothing.
+SYNTHESIZERS = {"clocks": "clocks", "chartqa": "chartqa", "plotqa": "plotqa", "dvqa": "dvqa", "bars": "chartqa",
+                "arithmetic": "arithmetic", "word_problems": "word_problems"}
+
+
+def task(name: str) -> Task:
+    """The task called `name`; ValueError naming the known ones otherwise."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(TASKS)}") from None
+
+
+def names_with(metric: str) -> tuple[str, ...]:
+    """The task names scored with `metric`."""
+    return tuple(name for name, t in TASKS.items() if t.metric == metric)
+
+
+def reader(name: str):
+    """The reader function of task `name` (imports its module)."""
+    module, function = task(name).reader.split(":")
+    return getattr(import_module(f"{__package__}.{module}"), function)
+
+
+def read(name: str, root, split: str, *, on_error: str = "raise", **options):
+    """Samples of `split` of task `name` under `root` (a sequence; `.skipped` when the reader counts)."""
+    return reader(name)(root, split, on_error=on_error, **options)
