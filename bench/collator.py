@@ -25,7 +25,8 @@ from PIL import Image, ImageDraw
 
 from vlm_smmd.data import Sample
 from vlm_smmd.data.collator import VLMCollator
-from vlm_smmd.modeling import build_processor, build_qwen25_tokenizer
+from vlm_smmd.families.qwen2_5_vl import build_processor
+from vlm_smmd.families.tokenizers import build_qwen_tokenizer
 
 QWEN25_VL_MIN_PIXELS = 56 * 56
 QWEN25_VL_MAX_PIXELS = 12845056  # the released Qwen2.5-VL preprocessor_config.json
@@ -122,7 +123,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
-    tokenizer = build_qwen25_tokenizer()
+    tokenizer = build_qwen_tokenizer()
     processor = build_processor(tokenizer, QWEN25_VL_MIN_PIXELS, QWEN25_VL_MAX_PIXELS)
     collator = VLMCollator(processor, instruction="Answer with the time as H:MM.")
     small = VLMCollator(processor, numeric_vocab=collator.numeric_vocab, max_pixels=224 * 224,

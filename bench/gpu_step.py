@@ -77,9 +77,9 @@ def build_model(cpu_smoke: bool, attn: str):
     import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from vlm_smmd.modeling import tiny_config
+    from vlm_smmd.families.qwen2_5_vl import FAMILY
 
-    config, device, dtype = ((tiny_config(), "cpu", torch.float32) if cpu_smoke
+    config, device, dtype = ((FAMILY.tiny_config(), "cpu", torch.float32) if cpu_smoke
                              else (qwen25_vl_3b_config(), "cuda", torch.bfloat16))
     torch.manual_seed(0)
     with torch.device(device):
@@ -153,13 +153,14 @@ def worker(args) -> dict:
     import torch
 
     from vlm_smmd.config import LossArguments, VLMTrainingArguments
-    from vlm_smmd.modeling import build_processor, build_qwen25_tokenizer
+    from vlm_smmd.families.qwen2_5_vl import build_processor
+    from vlm_smmd.families.tokenizers import build_qwen_tokenizer
     from vlm_smmd.training import build_objective, ensure_single_process_env
 
     ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
     head, aux = args.worker.split("_")
     cuda = not args.cpu_smoke
-    processor = build_processor(build_qwen25_tokenizer(), IMAGE_PX * IMAGE_PX, IMAGE_PX * IMAGE_PX)
+    processor = build_processor(build_qwen_tokenizer(), IMAGE_PX * IMAGE_PX, IMAGE_PX * IMAGE_PX)
     processor.tokenizer.padding_side = "left"
     samples, collator = build_batch_data(processor)
     batch = collator(samples)

@@ -6,16 +6,17 @@ from PIL import Image, ImageDraw
 
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
-    from vlm_smmd.modeling import build_qwen25_tokenizer
+    from vlm_smmd.families.tokenizers import build_qwen_tokenizer
 
-    return build_qwen25_tokenizer()
+    return build_qwen_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def tiny_processor():
-    from vlm_smmd.modeling import build_processor, build_qwen25_tokenizer
+    from vlm_smmd.families.qwen2_5_vl import build_processor
+    from vlm_smmd.families.tokenizers import build_qwen_tokenizer
 
-    return build_processor(build_qwen25_tokenizer())
+    return build_processor(build_qwen_tokenizer())
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 import json
 import re
+import struct
 from decimal import Decimal
 
 import pytest
@@ -18,7 +19,13 @@ from vlm_smmd.analysis import (
     swapped_hands,
     write_report,
 )
-from vlm_smmd.metrics import ClockTime
+from vlm_smmd.analysis.formatting import fmt, md_cell, md_table, new_figure, save_figure
+from vlm_smmd.cli import main as cli
+from vlm_smmd.metrics import ClockTime, relaxed_accuracy
+
+
+def analyze(argv):
+    return cli(["analyze", *argv])
 
 # ---------------------------------------------------------------------------------------------------------
 # Digit alignment
@@ -238,7 +245,7 @@ def test_analyze_cli_compares_two_runs(tmp_path, capsys):
     ce = _write_jsonl(tmp_path / "ce" / "predictions.jsonl", planted_records())
     smmd = _write_jsonl(tmp_path / "smmd" / "predictions.jsonl", perfect_records())
     out = tmp_path / "report"
-    assert analysis.main([str(ce), str(smmd), "--out", str(out), "--names", "CE,SMMD"]) == 0
+    assert analyze([str(ce), str(smmd), "--out", str(out), "--names", "CE,SMMD"]) == 0
     assert "report:" in capsys.readouterr().out
 
     data = json.loads((out / "analysis.json").read_text())
@@ -270,7 +277,7 @@ def test_analyze_cli_default_names_and_notes(tmp_path):
     a = _write_jsonl(tmp_path / "a" / "predictions.jsonl", planted_records()[:12])  # numeric only
     b = _write_jsonl(tmp_path / "b" / "predictions.jsonl", planted_records()[:5])
     out = tmp_path / "out"
-    assert analysis.main([str(a), str(b), "--out", str(out)]) == 0
+    assert analyze([str(a), str(b), "--out", str(out)]) == 0
     data = json.loads((out / "analysis.json").read_text())
     assert list(data["runs"]) == ["a", "b"]
     assert "clock_gap_hist.png" not in {p.name for p in out.glob("*.png")}
@@ -281,16 +288,13 @@ def test_analyze_cli_default_names_and_notes(tmp_path):
 
 def test_analyze_cli_errors(tmp_path, capsys):
     good = _write_jsonl(tmp_path / "p.jsonl", planted_records())
-    with pytest.raises(SystemExit) as e:
-        analysis.main([str(good), "--out", str(tmp_path / "o"), "--names", "a,b"])
-    assert e.value.code == 2
-    with pytest.raises(SystemExit):
-        analysis.main([str(good), str(good), "--out", str(tmp_path / "o"), "--names", "a,a"])
+    assert analyze([str(good), "--out", str(tmp_path / "o"), "--names", "a,b"]) == 2
+    assert analyze([str(good), str(good), "--out", str(tmp_path / "o"), "--names", "a,a"]) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": 1, "source": "s", "question": "q", "target": "1"}) + "\n")
-    assert analysis.main([str(bad), "--out", str(tmp_path / "o")]) == 1
+    assert analyze([str(bad), "--out", str(tmp_path / "o")]) == 1
     assert f"{bad}:1 (id 1): missing field 'prediction'" in capsys.readouterr().err
-    assert analysis.main([str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 1
+    assert analyze([str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 1
 
 
 def test_write_report_single_run(tmp_path):
@@ -298,6 +302,35 @@ def test_write_report_single_run(tmp_path):
     text = report.read_text()
     assert "| figure | over | only | chance | best constant |" in text and "## Clock answers" in text
     assert (tmp_path / "r" / "confusion_0_only.png").exists()
+
+
+def test_source_names_match_the_task_registry_case_insensitively(tmp_path):
+    recs = [_rec(i, "100", "103", source=src) for i, src in enumerate(["ChartQA", "chartqa", "PLOTQA"])]
+    recs += [_rec(3, "12:05", "12:05", source="Clocks"), _rec(4, "100", "103", source="my_charts"),
+             _rec(5, "7", "7", source="my_charts"), _rec(6, "8", "8", source="Other")]
+    a = analyze_records(recs)
+    assert a["chart_records"] == 3 and a["relaxed_accuracy"] == 1.0  # "ChartQA" scored as chartqa
+    assert a["by_source"]["chartqa"]["records"] == 2 and a["by_source"]["plotqa"]["relaxed_accuracy"] == 1.0
+    assert a["kinds"]["clock"] == 1 and a["clock"]["records"] == 1
+    assert a["unknown_sources"] == {"Other": 1, "my_charts": 2}  # counted, never scored as a chart source
+    assert a["by_source"]["my_charts"]["records"] == 2
+    text = write_report({"run": a}, tmp_path / "r").read_text()
+    assert "run has sources that name no task**: 'Other' (1 records), 'my_charts' (2 records)" in text
+    assert "no task" not in write_report({"run": analyze_records(recs[:4])}, tmp_path / "r2").read_text()
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps(recs[0]) + "\n")
+    assert load_predictions(path)[0]["source"] == "chartqa"
+
+
+def test_bad_utf8_in_predictions_names_file_and_line(tmp_path):
+    path = tmp_path / "predictions.jsonl"
+    good = json.dumps(_rec(0, "1", "1")).encode()
+    bad = json.dumps(_rec(1, "2", "@")).encode().replace(b'"@"', b'"\xff2"')
+    path.write_bytes(good + b"\n" + bad + b"\n")
+    offset = path.read_bytes().index(b"\xff")
+    with pytest.raises(ValueError) as err:
+        load_predictions(path)
+    assert str(err.value) == f"{path}:2: not valid UTF-8 (invalid start byte at byte {offset})"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -365,7 +398,7 @@ def test_chance_equals_brute_force_on_a_skewed_distribution():
     assert ch["within_abs"]["2"] == pytest.approx(_brute_chance(targets, lambda p, t: abs(val[p] - val[t]) <= 2))
     assert a["chance"]["exact_match"] == pytest.approx(_brute_chance(targets, lambda p, t: p == t))
     assert a["chance"]["relaxed_accuracy"] == pytest.approx(
-        _brute_chance(targets, lambda p, t: analysis.relaxed_accuracy(p, t)))
+        _brute_chance(targets, lambda p, t: relaxed_accuracy(p, t)))
 
     def place_correct(p, t):
         pairs = [x for x in align_digits(p, t) if x.target is not None]
@@ -401,7 +434,7 @@ def test_chance_counts_each_record_once_and_samples_above_the_limit(monkeypatch)
     twice = analyze_records(recs + recs)  # two seeds pooled: the same ids again
     assert twice["numeric"]["chance"]["mae"] == once["numeric"]["chance"]["mae"]
     assert twice["numeric"]["chance"]["records"] == 60
-    monkeypatch.setattr(analysis, "PAIR_LIMIT", 10)  # 20 distinct values: 400 pairs > 10
+    monkeypatch.setattr(analysis.chance, "PAIR_LIMIT", 10)  # 20 distinct values: 400 pairs > 10
     sampled = analyze_records(recs)["numeric"]["chance"]
     assert "estimated from" in sampled["method"] and "seed 0" in sampled["method"]
     assert sampled["mae"] == pytest.approx(once["numeric"]["chance"]["mae"], rel=0.02)
@@ -514,7 +547,7 @@ def test_report_names_the_run_and_plots_its_training_curve(tmp_path, capsys):
     run_dir, pred = _planted_run(tmp_path)
     assert analysis.find_run_dir(pred) == run_dir
     out = tmp_path / "report"
-    assert analysis.main([str(pred), "--out", str(out)]) == 0
+    assert analyze([str(pred), "--out", str(out)]) == 0
     report = (out / "report.md").read_text()
     assert "| aux | smmd |" in report and "| aux_lambda | 0.5 |" in report and "| max_steps | 40 |" in report
     assert "| text_hidden_size | 64 |" in report and "| vision_depth | 2 |" in report
@@ -522,7 +555,7 @@ def test_report_names_the_run_and_plots_its_training_curve(tmp_path, capsys):
         in report
     assert "![training curve eval](training_curve_0_eval.png)" in report
     assert (out / "training_curve_0_eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    series = analysis._curve_series(json.loads((run_dir / "trainer_state.json").read_text())["log_history"])
+    series = analysis.curve_series(json.loads((run_dir / "trainer_state.json").read_text())["log_history"])
     assert set(series) == {"training", "evaluation losses", "evaluation metrics"}
     assert set(series["evaluation metrics"]) == {"eval_exact_match"}  # runtime and token counts are no metric
     assert series["training"]["ce"][0] == (10.0, 0.25)
@@ -531,20 +564,43 @@ def test_report_names_the_run_and_plots_its_training_curve(tmp_path, capsys):
 def test_report_without_run_files_says_not_available(tmp_path):
     run_dir, pred = _planted_run(tmp_path, config=False, state=False)
     out = tmp_path / "r1"
-    assert analysis.main([str(pred), "--out", str(out)]) == 0
+    assert analyze([str(pred), "--out", str(out)]) == 0
     report = (out / "report.md").read_text()
     assert "Run settings: not available." in report and "Training curve: not available." in report
     assert f"no run_config.json in {run_dir}" in report
     (run_dir / "trainer_state.json").write_text("{broken")
-    assert analysis.main([str(pred), "--out", str(tmp_path / "r2")]) == 0
+    assert analyze([str(pred), "--out", str(tmp_path / "r2")]) == 0
     assert "trainer_state.json unreadable" in (tmp_path / "r2" / "report.md").read_text()
     # an explicit --run-dir wins; a prediction file with no metrics.json beside it still gets a report
     other = _write_jsonl(tmp_path / "bare" / "p.jsonl", planted_records()[:3])
-    assert analysis.main([str(other), "--out", str(tmp_path / "r3")]) == 0
+    assert analyze([str(other), "--out", str(tmp_path / "r3")]) == 0
     assert "no training folder found" in (tmp_path / "r3" / "report.md").read_text()
     (tmp_path / "good").mkdir()
     _planted_run(tmp_path / "good")
-    assert analysis.main([str(other), "--out", str(tmp_path / "r4"), "--run-dir", str(tmp_path / "good" / "model")]) == 0
+    assert analyze([str(other), "--out", str(tmp_path / "r4"), "--run-dir", str(tmp_path / "good" / "model")]) == 0
     assert "| aux | smmd |" in (tmp_path / "r4" / "report.md").read_text()
-    with pytest.raises(SystemExit):
-        analysis.main([str(other), "--out", str(tmp_path / "r5"), "--run-dir", "a", "--run-dir", "b"])
+    assert analyze([str(other), "--out", str(tmp_path / "r5"), "--run-dir", "a", "--run-dir", "b"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shared formatting and the package's imports
+
+
+def test_fmt_precision_sign_and_markdown_cells():
+    assert fmt(None) == "–" and fmt(3) == "3" and fmt("a|b") == "a|b"
+    assert fmt(0.1234) == "0.123" and fmt(0.1234, "mae") == "0.12"  # figures on a wide scale: 2 decimals
+    assert fmt(0.1234, signed=True) == "+0.123" and fmt(-1.5, "mean_time_gap_min", signed=True) == "-1.50"
+    assert md_cell("a|b") == "a\\|b" and md_cell(None) == "–" and md_cell(0.5) == "0.500"
+    assert md_table(["run", "x|y"], [["a", 0.5], ["b", None]]) == [
+        "| run | x\\|y |", "|---|---|", "| a | 0.500 |", "| b | – |", ""]
+
+
+def test_figures_are_png_of_the_asked_size_without_a_software_entry(tmp_path):
+    fig, ax = new_figure(3.0, 2.0)
+    ax.plot([0, 1], [1, 0])
+    save_figure(fig, tmp_path / "a.png")
+    data = (tmp_path / "a.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"Software" not in data
+    assert struct.unpack(">II", data[16:24]) == (300, 200)  # IHDR width, height: inches x 100 dpi
+    fig, axes = new_figure(ncols=3)
+    assert len(axes) == 3 and fig.axes == axes

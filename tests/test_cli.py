@@ -107,7 +107,7 @@ def test_training_argument_names_read_with_ast_equal_the_class():
 # ---------------------------------------------------------------- both spellings
 
 def test_compare_takes_both_spellings_of_its_options():
-    from vlm_smmd.compare import build_parser
+    from vlm_smmd.commands.compare import build_parser
 
     for flag in ("--max-new-tokens", "--max_new_tokens"):
         args = build_parser().parse_args([str(TINY_CONFIG), "--out", "x", flag, "5", "--eval_limit=3"])
@@ -198,6 +198,77 @@ def test_train_refuses_an_existing_model_and_replaces_it_with_overwrite(clocks, 
     assert state is None or state["global_step"] == 1
 
 
+INSTRUCTION = "Answer in H:MM format."
+
+
+@pytest.fixture(scope="module")
+def trained(clocks, tmp_path_factory):
+    """A tiny run of one step with a checkpoint and an instruction: output_dir (read only; copy to change)."""
+    root = tmp_path_factory.mktemp("trained")
+    out = root / "model"
+    config = write_config(root / "run.yaml", clocks, out, save_strategy="steps", save_steps=1,
+                          instruction=INSTRUCTION)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+        assert main(["train", str(config)]) == 0
+    assert (out / "checkpoint-1" / "model.safetensors").is_file() and (out / "run_config.json").is_file()
+    return out
+
+
+def test_overwrite_with_a_bad_data_root_leaves_the_earlier_model(clocks, trained, tmp_path, capsys):
+    """--overwrite removes the earlier run only once the new one has its data and model: a typo in
+    data_root leaves every file of it as it was (no lone run_config.json)."""
+    out = shutil.copytree(trained, tmp_path / "model")
+    before = digest(out)
+    config = write_config(tmp_path / "run.yaml", clocks, out)
+    capsys.readouterr()
+    assert main(["train", str(config), "--overwrite", "--data_root", str(tmp_path / "clokcs")]) == 1
+    printed = capsys.readouterr()
+    assert "clokcs" in error_line(printed.err, "train")
+    assert "--overwrite: removed" not in printed.out
+    assert digest(out) == before
+
+
+def test_eval_on_a_checkpoint_folder_asks_with_the_training_instruction(clocks, trained, tmp_path, capsys):
+    """output_dir/checkpoint-N has no run_config.json of its own: eval takes the run's from its parent.
+    A model folder with none anywhere is asked without one, and eval says so."""
+    argv = ["--data", f"clocks:{clocks}", "--limit", "1", "--batch-size", "1", "--max-new-tokens", "2",
+            "--min-pixels", "3136", "--max-pixels", "4096"]
+    checkpoint = trained / "checkpoint-1"
+    assert not (checkpoint / "run_config.json").exists()
+    assert main(["eval", "--model", str(checkpoint), "--out", str(tmp_path / "eval"), *argv]) == 0
+    printed = capsys.readouterr().out
+    assert f"asking as in training ({trained / 'run_config.json'}): instruction {INSTRUCTION!r}" in printed
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["run"]["instruction"] == INSTRUCTION
+
+    alone = shutil.copytree(checkpoint, tmp_path / "alone" / "checkpoint-1")
+    assert main(["eval", "--model", str(alone), "--out", str(tmp_path / "eval_alone"), *argv]) == 0
+    printed = capsys.readouterr().out
+    assert f"{alone} has no run_config.json (nor its parent, for a checkpoint folder)" in printed
+    assert json.loads((tmp_path / "eval_alone" / "metrics.json").read_text())["run"]["instruction"] is None
+
+
+def test_eval_refuses_a_model_with_non_finite_weights(clocks, tmp_path, capsys):
+    import torch
+
+    from vlm_smmd.modeling import load_model_and_processor
+
+    model, processor = load_model_and_processor("tiny", verbose=False)
+    with torch.no_grad():
+        model.model.language_model.layers[0].mlp.gate_proj.weight[2, 7] = float("nan")
+    folder = tmp_path / "diverged"
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", str(folder), "--data", f"clocks:{clocks}", "--out", str(out), "--limit", "1",
+                 "--min-pixels", "3136", "--max-pixels", "4096"]) == 1
+    line = error_line(capsys.readouterr().err, "eval")
+    assert line == (f"vlm-smmd eval: error: {folder}: 1 of 57 weight tensors hold NaN or infinite values (e.g. "
+                    "model.language_model.layers.0.mlp.gate_proj.weight), as a diverged training run leaves them; "
+                    "not evaluated")
+    assert not out.exists()
+
+
 # ---------------------------------------------------------------- eval, analyze, compare
 
 def test_eval_refuses_existing_results_and_replaces_them_with_overwrite(clocks, tmp_path, capsys):
@@ -274,3 +345,18 @@ def test_data_synth_usage_errors_are_one_line(argv, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("data-synth") and "error:" in err, err
+
+
+def test_the_pixel_limit_is_a_config_key_and_an_eval_flag(clocks, tmp_path, capsys):
+    # 64 x 64 clocks are 4,096 pixels: a limit of 4,000 makes every one a bad record, named in one line
+    config = write_config(tmp_path / "run.yaml", clocks, tmp_path / "model", max_image_pixels=4000)
+    assert main(["train", str(config)]) == 1
+    line = error_line(capsys.readouterr().err, "train")
+    assert "image too large" in line and "4,096 pixels" in line and not (tmp_path / "model").exists()
+    assert main(["train", str(write_config(tmp_path / "bad.yaml", clocks, tmp_path / "m2", max_image_pixels=-1))]) == 2
+    assert "max_image_pixels must be >= 0" in capsys.readouterr().err
+    argv = ["eval", "--model", "tiny", "--data", f"clocks:{clocks}", "--out", str(tmp_path / "eval"),
+            "--max-new-tokens", "2", "--max-image-pixels", "4000"]
+    assert main(argv) == 1
+    assert "image too large" in error_line(capsys.readouterr().err, "eval")
+    assert main(argv[:-1] + ["0"]) == 0  # 0: no limit

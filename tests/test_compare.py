@@ -9,23 +9,19 @@ from pathlib import Path
 import pytest
 
 from vlm_smmd.analysis import analyze_records
-from vlm_smmd.compare import (
-    Status,
-    Variant,
-    main,
-    paired_bootstrap,
-    paired_differences,
-    plan_variants,
-    run_metrics,
-    spread,
-    variant_overrides,
-    write_results,
-)
+from vlm_smmd.cli import main as cli
+from vlm_smmd.experiments.results import comparisons, paired_tests, run_metrics, spread, write_results
+from vlm_smmd.experiments.store import Status
+from vlm_smmd.experiments.variants import Variant, plan_variants, variant_overrides
 from vlm_smmd.metrics import clock_time_gap
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "configs" / "tiny_cpu_clock.yaml"
 PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def main(argv):
+    return cli(["compare", *argv])
 
 
 def rec(i, prediction, target, source="clocks"):
@@ -83,19 +79,26 @@ def test_run_metrics_numbers_and_mixture():
     assert m["digit_acc_hour_units"] == 1.0 and m["digit_acc_minute_tens"] == 1.0
 
 
-def plant_run(out, variant, predictions, targets):
-    """A finished run as compare leaves it: predictions.jsonl and done.json."""
+def plant_run(out, variant, predictions, targets, split="test"):
+    """A finished run as compare leaves it: SPLIT/predictions.jsonl and done.json."""
     run_dir = out / "runs" / variant.name
-    run_dir.mkdir(parents=True)
+    (run_dir / split).mkdir(parents=True, exist_ok=True)
     records = [rec(i, p, t) for i, (p, t) in enumerate(zip(predictions, targets))]
-    (run_dir / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    figures = run_metrics(analyze_records(records))
-    (run_dir / "done.json").write_text(json.dumps({"variant": variant.name, "figures": figures}))
+    (run_dir / split / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = run_dir / "done.json"
+    figures = json.loads(done.read_text())["figures"] if done.is_file() else {}
+    figures[split] = run_metrics(analyze_records(records))
+    done.write_text(json.dumps({"variant": variant.name, "figures": figures}))
 
 
 def read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def settings_for(splits=("test",), **extra):
+    return {"config": "c.yaml", "config_sha256": "0" * 64, "overrides": {"max_steps": 2},
+            "eval": {"splits": list(splits), "limit": None, "data": [["clocks", "/d"]], "max_new_tokens": 8}, **extra}
 
 
 def test_write_results_aggregates_seeds_and_reports_failures(tmp_path):
@@ -110,30 +113,29 @@ def test_write_results_aggregates_seeds_and_reports_failures(tmp_path):
     for v in variants[:5]:
         status.set(v.name, status="done", seconds=1.0)
     status.set(variants[5].name, status="failed", error="training exited with status 1: KeyError: 'x'")
-    settings = {"config": "c.yaml", "config_sha256": "0" * 64, "overrides": {"max_steps": 2},
-                "eval": {"split": "test", "limit": None, "data": [["clocks", "/d"]], "max_new_tokens": 8}}
 
-    paths = write_results(tmp_path, variants, status, settings)
+    paths = write_results(tmp_path, variants, status, settings_for())
 
-    rows = {r["group"]: r for r in read_csv(paths["results_csv"])}
-    assert list(rows) == ["none", "smmd", "smmd-random"]
-    none, smmd, control = rows["none"], rows["smmd"], rows["smmd-random"]
-    assert float(none["exact_match_mean"]) == pytest.approx(0.625)
-    assert float(none["exact_match_std"]) == pytest.approx(math.sqrt(2 * 0.125 ** 2))
-    assert (none["exact_match_min"], none["exact_match_max"], none["exact_match_n"]) == ("0.5", "0.75", "2")
-    assert float(smmd["exact_match_mean"]) == pytest.approx(0.875)
+    rows = {(r["group"], r["figure"]): r for r in read_csv(paths["results_csv"])}
+    assert list(dict.fromkeys(g for g, _ in rows)) == ["none", "smmd", "smmd-random"]
+    none, smmd, control = rows["none", "exact_match"], rows["smmd", "exact_match"], rows["smmd-random", "exact_match"]
+    assert float(none["mean"]) == pytest.approx(0.625)
+    assert float(none["std"]) == pytest.approx(math.sqrt(2 * 0.125 ** 2))
+    assert (none["min"], none["max"], none["n"], none["split"]) == ("0.5", "0.75", "2", "test")
+    assert float(smmd["mean"]) == pytest.approx(0.875)
     # mean time gap: none-seed0 gaps (0, 0, 5, 60) -> 16.25; none-seed1 (0, 1:07 vs 10:07 = 3 h round the
     # 12-hour dial, 0, 0) -> 45
-    assert float(none["mean_time_gap_min_mean"]) == pytest.approx((16.25 + 45) / 2)
+    assert float(rows["none", "mean_time_gap_min"]["mean"]) == pytest.approx((16.25 + 45) / 2)
     # hour units over seeds: none-seed0 3/4 (1 vs 2), none-seed1 3/4 (1 vs 0 for 10:07)
-    assert float(none["digit_acc_hour_units_mean"]) == pytest.approx(0.75)
+    assert float(rows["none", "digit_acc_hour_units"]["mean"]) == pytest.approx(0.75)
     assert (control["status"], control["done"], control["failed"]) == ("1 failed", "1", "1")
-    assert control["exact_match_n"] == "1" and control["exact_match_std"] == ""
-    assert float(control["no_time_rate_mean"]) == 1.0 and control["mean_time_gap_min_n"] == "0"
+    assert control["n"] == "1" and control["std"] == ""
+    assert float(rows["smmd-random", "no_time_rate"]["mean"]) == 1.0
+    assert rows["smmd-random", "mean_time_gap_min"]["n"] == "0"
 
     runs = {r["run"]: r for r in read_csv(paths["runs_csv"])}
     assert runs["smmd-random-seed1"]["status"] == "failed" and runs["smmd-random-seed1"]["exact_match"] == ""
-    assert float(runs["none-seed1"]["exact_match"]) == 0.75
+    assert float(runs["none-seed1"]["exact_match"]) == 0.75 and runs["none-seed1"]["split"] == "test"
 
     md = paths["results_md"].read_text()
     assert "| none | 2/2 | 0.625 ± 0.177 |" in md
@@ -142,71 +144,112 @@ def test_write_results_aggregates_seeds_and_reports_failures(tmp_path):
     # chance from the evaluation targets, exactly: every ordered pair of distinct records
     pairs = [(targets[j], targets[i]) for i in range(4) for j in range(4) if i != j]
     gap_chance = sum(clock_time_gap(p, t) for p, t in pairs) / len(pairs)
-    assert float(none["mean_time_gap_min_chance"]) == pytest.approx(gap_chance)
-    assert float(none["hour_correct_chance"]) == 0.0  # four different hours
+    assert float(rows["none", "mean_time_gap_min"]["chance"]) == pytest.approx(gap_chance)
+    assert float(rows["none", "hour_correct"]["chance"]) == 0.0  # four different hours
     assert f"| *chance* |  | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | {gap_chance:.2f} |" in md
-    # paired with none by seed: smmd - none = +0.25 on both seeds; smmd-random only has seed 0
-    assert float(smmd["exact_match_diff"]) == pytest.approx(0.25) and smmd["exact_match_pairs"] == "2"
-    assert float(smmd["exact_match_low"]) == pytest.approx(0.25) == float(smmd["exact_match_high"])
-    assert none["exact_match_diff"] == "" and control["exact_match_pairs"] == "1" and control["exact_match_low"] == ""
-    assert "## Paired difference to CE only (aux `none`)" in md and "10,000 times" in md
-    assert "| smmd | 2 | **+0.250 [+0.250, +0.250]** |" in md
-    assert "- smmd-random: seed(s) 1 dropped: no finished smmd-random run with that seed" in md
-    assert [p.name for p in paths["plots"]] == ["main_metric.png", "digit_accuracy.png", "paired_differences.png"]
+    # paired with none by seed: smmd - none = +0.25 on both seeds (a zero-width t-interval; two pairs can
+    # never reach p < 0.05 by sign-flip: 2/4); smmd-random only has seed 0
+    paired = {(r["comparison"], r["figure"]): r for r in read_csv(paths["paired_csv"])}
+    d = paired["smmd vs none", "exact_match"]
+    assert float(d["mean"]) == pytest.approx(0.25) and d["n"] == "2"
+    assert float(d["t_low"]) == pytest.approx(0.25) == float(d["t_high"])
+    assert float(d["p_signflip"]) == pytest.approx(0.5) and d["significant"] == "False"
+    assert paired["smmd-random vs none", "exact_match"]["n"] == "1"
+    assert paired["smmd-random vs none", "exact_match"]["t_low"] == ""
+    assert "| smmd vs none | 2 | +0.250 [+0.250, +0.250] p=0.500 |" in md
+    assert "**+0.250" not in md  # nothing is bold that the corrected test does not reject
+    assert "- smmd-random vs none: seed(s) 1 unpaired: no finished smmd-random run" in md
+    assert "No primary endpoint was declared" in md
+    assert [p.name for p in paths["plots"]] == ["test_main_metric.png", "test_digit_accuracy.png",
+                                                "test_paired_differences.png"]
     for p in paths["plots"]:
         assert p.read_bytes().startswith(PNG)
-    assert paths["report"] == tmp_path / "analysis" / "report.md"
-    analysis = json.loads((tmp_path / "analysis" / "analysis.json").read_text())
+    tests = paths["tests"]["test"]
+    assert tests["smmd vs none"]["figures"]["exact_match"]["diffs"] == {0: 0.25, 1: 0.25}  # the plot's seed points
+    assert paths["reports"]["test"] == tmp_path / "analysis" / "test" / "report.md"
+    analysis = json.loads((tmp_path / "analysis" / "test" / "analysis.json").read_text())
     assert analysis["runs"]["none"]["records"] == 8  # both seeds pooled
 
 
-def test_paired_bootstrap_matches_a_plain_resampling():
-    import numpy as np
-
-    diffs = [0.1, -0.05, 0.3, 0.0, 0.12]
-    resamples, seed = 2000, 7
-    # the same seeded draws, the resample means and the linearly interpolated quantiles written out by hand
-    draws = np.random.default_rng(seed).integers(0, len(diffs), size=(resamples, len(diffs))).tolist()
-    means = sorted(sum(diffs[i] for i in row) / len(row) for row in draws)
-
-    def quantile(q):
-        h = (resamples - 1) * q
-        lo = math.floor(h)
-        return means[lo] + (h - lo) * (means[lo + 1] - means[lo])
-
-    got = paired_bootstrap(diffs, resamples=resamples, seed=seed)
-    assert got == {"n": 5, "mean": pytest.approx(sum(diffs) / 5), "low": pytest.approx(quantile(0.025)),
-                   "high": pytest.approx(quantile(0.975))}
-    assert got["low"] < got["mean"] < got["high"]
-    assert paired_bootstrap(diffs) == paired_bootstrap(diffs)  # seeded
-    assert paired_bootstrap([0.2, 0.2, 0.2]) == {"n": 3, "mean": pytest.approx(0.2), "low": pytest.approx(0.2),
-                                                 "high": pytest.approx(0.2)}
-    assert paired_bootstrap([0.5]) == {"n": 1, "mean": 0.5, "low": None, "high": None}
-    assert paired_bootstrap([])["mean"] is None
+def _planted_comparison(tmp_path, diffs_by_seed):
+    """none, smmd and smmd-shuffled runs on 8 clock targets: none reads 4 exactly, smmd 4 + diffs_by_seed[seed],
+    smmd-shuffled 3 + diffs_by_seed[seed]."""
+    variants = plan_variants(["none", "smmd"], ["shuffled"], list(diffs_by_seed))
+    targets = [f"{h}:00" for h in range(1, 9)]
+    tmp_path.mkdir(exist_ok=True)
+    status = Status(tmp_path / "status.json", [v.name for v in variants])
+    for v in variants:
+        right = 4 + (diffs_by_seed[v.seed] if v.group != "none" else 0) - (v.group == "smmd-shuffled")
+        plant_run(tmp_path, v, targets[:right] + ["12:30"] * (8 - right), targets)
+        status.set(v.name, status="done", seconds=1.0)
+    return variants, status
 
 
-def test_pairing_by_seed_drops_a_missing_seed():
+def test_primary_endpoint_leads_and_bold_needs_the_corrected_test(tmp_path):
+    # six seeds, smmd always 2 of 8 ahead: exact sign-flip p = 2/64 for each of the three comparisons
+    variants, status = _planted_comparison(tmp_path, {s: 2 for s in range(6)})
+    settings = settings_for(primary={"metric": "exact_match", "split": "test"}, contrasts=[["smmd", "smmd-shuffled"]],
+                            leakage={"test": {"lines": ["test images also in training: 0 of 8"], "held_out": True,
+                                              "leaks": False}})
+    paths = write_results(tmp_path, variants, status, settings)
+    md = paths["results_md"].read_text()
+    primary = md.index("## Primary endpoint")
+    assert md.index("## Held out?") < primary < md.index("## Exploratory figures")
+    assert "- `test`: test images also in training: 0 of 8" in md
+    tests = paths["tests"]["test"]
+    assert list(tests) == ["smmd vs none", "smmd-shuffled vs none", "smmd vs smmd-shuffled"]
+    d = tests["smmd vs none"]["figures"]["exact_match"]
+    assert d["p_signflip"] == pytest.approx(2 / 64) and d["n"] == 6
+    # Holm over the three comparisons of this figure, each 2/64: 3 * 2/64 > 0.05
+    assert d["p_holm"] == pytest.approx(3 * 2 / 64) and d["significant"] is False
+    head = md[primary:md.index("## Exploratory figures")]
+    assert "smmd vs none: no detectable difference in exact match" in head
+    assert "**" not in head.split("Method:")[0].split("| comparison")[1]
+
+    # with one comparison only, 2/64 stands and the cell is bold
+    variants, status = _planted_comparison(tmp_path / "b", {s: 2 for s in range(6)})
+    variants = [v for v in variants if v.group != "smmd-shuffled"]
+    paths = write_results(tmp_path / "b", variants, status, settings_for(primary={"metric": "exact_match",
+                                                                                  "split": "test"}))
+    d = paths["tests"]["test"]["smmd vs none"]["figures"]["exact_match"]
+    assert d["p_holm"] == pytest.approx(2 / 64) and d["significant"] is True
+    md = paths["results_md"].read_text()
+    assert "**+0.250 [+0.250, +0.250] p=0.031**" in md
+    assert "smmd vs none: smmd is better in exact match" in md
+
+
+def test_dev_seeds_are_shown_and_left_out(tmp_path):
+    variants, status = _planted_comparison(tmp_path, {0: 4, 1: 1, 2: 1, 3: 1})
+    paths = write_results(tmp_path, variants, status, settings_for(dev_seeds=[0]))
+    d = paths["tests"]["test"]["smmd vs none"]["figures"]["exact_match"]
+    assert d["n"] == 3 and d["diffs"] == {1: 0.125, 2: 0.125, 3: 0.125}
+    rows = {(r["group"], r["figure"]): r for r in read_csv(paths["results_csv"])}
+    assert rows["smmd", "exact_match"]["n"] == "3" and float(rows["smmd", "exact_match"]["mean"]) == 0.625
+    md = paths["results_md"].read_text()
+    assert "development seeds 0" in md and "smmd-seed0 (dev seed)" in md
+
+
+def test_pairing_by_seed_leaves_out_an_unpaired_seed():
     variants = plan_variants(["none", "smmd"], [], [0, 1, 2])
     figures = {"none-seed0": {"mae": 2.0}, "none-seed1": {"mae": 3.0},  # none-seed2 failed
                "smmd-seed0": {"mae": 1.5}, "smmd-seed1": {"mae": 2.0}, "smmd-seed2": {"mae": 9.0}}
-    paired = paired_differences(variants, figures, ["mae"])
-    assert list(paired) == ["smmd"]
-    p = paired["smmd"]
-    assert p["seeds"] == [0, 1] and p["no_baseline"] == [2] and p["no_variant"] == []
-    assert p["figures"]["mae"]["n"] == 2 and p["figures"]["mae"]["mean"] == pytest.approx(-0.75)
-    assert paired_differences(plan_variants(["smmd", "ntl_was"], [], [0]), {}, ["mae"]) == {}
+    tests = paired_tests(variants, figures, ["mae"], comparisons(["none", "smmd"]))
+    assert list(tests) == ["smmd vs none"]
+    c = tests["smmd vs none"]
+    assert c["seeds"] == [0, 1] and c["only_a"] == [2] and c["only_b"] == []
+    assert c["figures"]["mae"]["n"] == 2 and c["figures"]["mae"]["mean"] == pytest.approx(-0.75)
+    assert comparisons(["smmd", "ntl_was"]) == [] and comparisons(["smmd", "ntl_was"], [("smmd", "ntl_was")]) == [
+        ("smmd", "ntl_was")]
 
 
-def test_results_without_none_say_no_pairs(tmp_path):
+def test_results_without_a_reference_say_nothing_is_paired(tmp_path):
     variants = plan_variants(["smmd"], [], [0])
     plant_run(tmp_path, variants[0], ["3:15", "1:00"], ["3:15", "4:00"])
     status = Status(tmp_path / "status.json", [v.name for v in variants])
     status.set(variants[0].name, status="done", seconds=1.0)
-    settings = {"config": "c.yaml", "config_sha256": "0" * 64, "overrides": {},
-                "eval": {"split": "test", "limit": None, "data": [["clocks", "/d"]], "max_new_tokens": 8}}
-    paths = write_results(tmp_path, variants, status, settings)
-    assert "No `none` variant in this comparison: no paired differences can be given." in paths["results_md"].read_text()
-    assert read_csv(paths["results_csv"])[0]["exact_match_diff"] == ""
+    paths = write_results(tmp_path, variants, status, settings_for(primary={"metric": "exact_match", "split": "test"}))
+    assert "Nothing to pair: the comparison has no reference group and no contrast." in paths["results_md"].read_text()
+    assert read_csv(paths["paired_csv"]) == []
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -246,7 +289,9 @@ def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
             "--disable_tqdm", "true", "--dataloader_num_workers", "0"]
     # CE alone first: --out becomes a compare folder (a foreign non-empty folder would be refused)
     assert main([a if a != "none,smmd" else "none" for a in argv]) == 0
-    assert "[1/1] none-seed0: done in" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "[1/1] none-seed0: done in" in printed
+    assert "test: test images also in training: 0 of 2" in printed  # the held-out check, before any run
     # make smmd-seed0 fail: a file where its training output folder must go
     blocker = out / "runs" / "smmd-seed0" / "model"
     blocker.parent.mkdir(parents=True)
@@ -260,20 +305,20 @@ def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
     assert status["none-seed0"]["status"] == "done" and status["smmd-seed0"]["status"] == "failed"
     assert "FileExistsError" in status["smmd-seed0"]["error"]
     assert "FileExistsError" in (out / "runs" / "smmd-seed0" / "error.txt").read_text()
-    rows = {r["group"]: r for r in read_csv(out / "results.csv")}
-    assert rows["smmd"]["status"] == "failed" and rows["smmd"]["exact_match_mean"] == ""
+    rows = {r["group"]: r for r in read_csv(out / "results.csv") if r["figure"] == "exact_match"}
+    assert rows["smmd"]["status"] == "failed" and rows["smmd"]["mean"] == ""
     assert "## Failed runs" in (out / "results.md").read_text()
 
     # the finished run: its figures are those of its own predictions; weights dropped, config kept
     none_dir = out / "runs" / "none-seed0"
-    records = [json.loads(line) for line in (none_dir / "predictions.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (none_dir / "test" / "predictions.jsonl").read_text().splitlines()]
     assert len(records) == 2
     em = sum(r["scores"]["exact_match"] for r in records) / len(records)
-    assert float(rows["none"]["exact_match_mean"]) == pytest.approx(em)
+    assert float(rows["none"]["mean"]) == pytest.approx(em)
     assert (none_dir / "model" / "config.json").is_file()
     assert not list((none_dir / "model").glob("*.safetensors"))
-    assert (none_dir / "analysis" / "report.md").is_file()
-    finished = {p: p.stat().st_mtime_ns for p in (none_dir / "predictions.jsonl", none_dir / "log.txt",
+    assert (none_dir / "test" / "analysis" / "report.md").is_file()
+    finished = {p: p.stat().st_mtime_ns for p in (none_dir / "test" / "predictions.jsonl", none_dir / "log.txt",
                                                    none_dir / "done.json")}
 
     # rerun: none-seed0 is skipped, smmd-seed0 retried (here through --launcher, the torchrun path)
@@ -289,9 +334,9 @@ def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
     status = json.loads((out / "status.json").read_text())["variants"]
     assert {k: v["status"] for k, v in status.items()} == {"none-seed0": "done", "smmd-seed0": "done"}
     assert "error" not in status["smmd-seed0"]
-    rows = {r["group"]: r for r in read_csv(out / "results.csv")}
+    rows = {r["group"]: r for r in read_csv(out / "results.csv") if r["figure"] == "exact_match"}
     assert [rows[g]["status"] for g in ("none", "smmd")] == ["ok", "ok"]
     md = (out / "results.md").read_text()
     assert "| none | 1/1 |" in md and "| smmd | 1/1 |" in md and "Failed runs" not in md
-    assert (out / "plots" / "main_metric.png").read_bytes().startswith(PNG)
-    assert (out / "analysis" / "report.md").is_file()
+    assert (out / "plots" / "test_main_metric.png").read_bytes().startswith(PNG)
+    assert (out / "analysis" / "test" / "report.md").is_file()

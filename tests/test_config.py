@@ -1,7 +1,9 @@
+import dataclasses
+
 import pytest
 
+from vlm_smmd.cli import main
 from vlm_smmd.config import ConfigError, aux_options, load_config, parse_overrides
-from vlm_smmd.training import main as train_main
 
 
 def write(tmp_path, text):
@@ -17,7 +19,8 @@ def test_yaml_and_overrides(tmp_path):
     assert loss.aux == "ntl_was" and loss.sigmas == [1.0, 3.0]
     assert train.learning_rate == 0.01 and train.max_steps == 7 and model.freeze_vision is True
     assert data.data_root == "d" and train.remove_unused_columns is False
-    assert aux_options(loss)["sigmas"] == (1.0, 3.0)
+    assert loss.sigmas == [1.0, 3.0] and "sigmas" not in aux_options(loss)  # ntl_was takes no kernel
+    assert aux_options(dataclasses.replace(loss, aux="mmd"))["sigmas"] == (1.0, 3.0)
 
 
 def test_unknown_key_is_named(tmp_path):
@@ -30,7 +33,7 @@ def test_unknown_key_is_named(tmp_path):
 
 def test_train_command_reports_bad_key(tmp_path, capsys):
     path = write(tmp_path, "data_root: d\nbogus_key: 1\n")
-    assert train_main([str(path)]) == 2
+    assert main(["train", str(path)]) == 2
     assert "bogus_key" in capsys.readouterr().err
 
 
@@ -38,7 +41,7 @@ def test_train_command_reports_bad_key(tmp_path, capsys):
     ("data_root: d\naux: l2\n", "aux must be one of"),
     ("dataset: clocks\n", "needs the key 'data_root'"),
     ("dataset: mixture\n", "needs the key 'mixture'"),
-    ("data_root: d\nalpha: big\n", "alpha must be"),
+    ("data_root: d\nalpha: big\n", "alpha='big' must be 'auto' or a finite number >= 0"),
     ("- a\n- b\n", "mapping"),
 ])
 def test_bad_values(tmp_path, text, match):

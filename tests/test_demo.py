@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vlm_smmd.demo import run_demo, summary
+from vlm_smmd.experiments.demo import run_demo, summary
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,19 +21,26 @@ def test_demo_end_to_end_small(tmp_path, capsys):
     printed = capsys.readouterr().out
     for name, source in (("bar", "chartqa"), ("clock", "clocks")):
         paths = results[name]
-        records = [json.loads(line) for line in paths["predictions"].read_text().splitlines()]
-        assert 1 <= len(records) <= 4 and all(r["source"] == source for r in records)
-        metrics = json.loads(paths["metrics"].read_text())
-        assert metrics["sources"][source]["test"]["count"] == len(records)
+        assert list(paths["splits"]) == ["test", "test_unseen"]
+        for split, r in paths["splits"].items():
+            records = [json.loads(line) for line in r["predictions"].read_text().splitlines()]
+            assert 1 <= len(records) <= 4 and all(r["source"] == source and r["split"] == split for r in records)
+            metrics = json.loads(r["metrics"].read_text())
+            assert metrics["sources"][source][split]["count"] == len(records)
+            # held out by construction: no image shared with training; the unseen split shares no answer either
+            assert r["leakage"]["images"]["k"] == 0 and r["leakage"]["leaks"] is False
+            if split == "test_unseen":
+                assert r["leakage"]["answers"]["k"] == 0
+            assert f" {split} (" in printed and "test images also in training: 0 of" in printed
         report = paths["report"].read_text()
-        assert f"![training curve {name}]" in report  # the run's identity and curve, from the model folder
+        assert f"![training curve {name} test]" in report  # the run's identity and curve, from the model folder
         for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report):
             assert (paths["report"].parent / image).is_file()
         assert (paths["model"] / "config.json").is_file() and (paths["model"] / "tokenizer_config.json").is_file()
         run_config = json.loads((paths["model"] / "run_config.json").read_text())
         assert run_config["model_name_or_path"] == "scratch" and run_config["max_steps"] == 3
-        assert f"{name}: {len(records)} held-out" in printed
-    assert printed.count("chance") >= 4
+        assert f"{name}: trained" in printed and "one seed" in printed
+    assert printed.count("chance") >= 8
 
 
 def _records(predictions, targets, source):
@@ -41,21 +48,28 @@ def _records(predictions, targets, source):
             for i, (p, t) in enumerate(zip(predictions, targets))]
 
 
+def _result(analysis):
+    return {"splits": {"test": {"analysis": analysis, "leakage": {"lines": ["test images also in training: 0 of 24"]}}},
+            "train_seconds": 1.0, "report": "r.md"}
+
+
 def test_summary_gives_chance_and_denominators_and_warns_on_collapse():
     from vlm_smmd.analysis import analyze_records
 
     targets = [f"{h}:{m:02d}" for h in range(1, 13) for m in (5, 40)]
     collapsed = analyze_records(_records(["1:01"] * 20 + ["11:0"] * 4, targets, "clocks"))
-    lines = summary("clock", {"analysis": collapsed, "train_seconds": 1.0, "report": "r.md"})
-    assert lines[0].startswith("clock: 24 held-out clocks")
-    assert lines[1].startswith("  hour correct: 0.083, chance 0.04")  # chance: every target vs every other answer
+    lines = summary("clock", _result(collapsed))
+    assert lines[0].startswith("clock: trained 1 s (one seed")
+    assert lines[1].startswith(" test (new images of values seen in training): 24 clocks")
+    assert lines[2] == "  test images also in training: 0 of 24"
+    assert lines[3].startswith("  hour correct: 0.083, chance 0.04")  # chance: every target vs every other answer
     gap = next(line for line in lines if "mean gap (min), answers holding a time" in line)
     assert "(over 20 clock answers holding a time)" in gap  # "11:0" holds no time: the denominator says so
     assert any("digits right per place" in line and "minute units" in line for line in lines)
     assert "WARNING: the model mostly repeats itself" in lines[-2]
 
     varied = analyze_records(_records([f"{v + 1}" for v in range(30)], [f"{v}" for v in range(30)], "chartqa"))
-    lines = summary("bar", {"analysis": varied, "train_seconds": 1.0, "report": "r.md"})
+    lines = summary("bar", _result(varied))
     mae = next(line for line in lines if line.startswith("  mean absolute error"))
     assert mae.startswith("  mean absolute error: 1.000") and "chance" in mae
     assert not any("WARNING" in line for line in lines) and "30 distinct answers for 30 distinct targets" in lines[-2]
@@ -87,14 +101,17 @@ def test_every_readme_command_has_help(tool, command):
 
 
 def test_demo_overwrite_keeps_the_earlier_demo_when_the_data_does_not_fit(tmp_path):
-    from vlm_smmd.demo import main
+    from vlm_smmd.cli import main as cli
+
+    def main(argv):
+        return cli(["demo", *argv])
 
     out = tmp_path / "demo"
     (out / "bar" / "model").mkdir(parents=True)
     (out / "bar" / "model" / "config.json").write_text("{}")
     assert main(["--out", str(out), "--num", "40"]) == 2  # an earlier demo: refused without --overwrite
     from vlm_smmd.config import load_config
-    from vlm_smmd.demo import CONFIGS
+    from vlm_smmd.experiments.demo import CONFIGS
     from vlm_smmd.training import synthesize_if_missing
 
     _, data_args, _, _ = load_config(CONFIGS / "scratch_cpu_bar.yaml", {"data_root": str(out / "data" / "bar"),

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from tests.conftest import make_image
+from vlm_smmd.cli import main as cli
 from vlm_smmd.data import DataError, Sample
 from vlm_smmd.evaluation import (
     extract_answer,
     format_metrics_table,
     generate_predictions,
     json_safe,
-    main,
     parse_data_spec,
     sample_targets,
     score_prediction,
@@ -271,14 +271,17 @@ def test_parse_data_spec(tmp_path):
 
 
 def test_main_bad_arguments(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["--model", "tiny", "--data", "mnist:/x", "--out", str(tmp_path)])
-    assert e.value.code == 2 and "unknown source 'mnist'" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--data", "mnist:/x", "--out", str(tmp_path)]) == 2
+    assert "unknown source 'mnist'" in capsys.readouterr().err
     assert main(["--model", "tiny", "--data", f"clocks:{tmp_path / 'nope'}", "--out", str(tmp_path)]) == 1
     assert "no such dataset folder" in capsys.readouterr().err
     assert main(["--model", "tiny", "--data", f"dvqa:{tmp_path}", "--data", f"dvqa:{tmp_path}",
                  "--out", str(tmp_path)]) == 1
     assert "once" in capsys.readouterr().err
+
+
+def main(argv):
+    return cli(["eval", *argv])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -310,7 +313,6 @@ def eval_data(tmp_path_factory):
 
 def test_eval_end_to_end(saved_tiny_model, eval_data, tmp_path, capsys):
     from vlm_smmd.analysis import load_predictions
-    from vlm_smmd.analysis import main as analyze_main
     from vlm_smmd.data import read_chartqa, read_clocks, read_dvqa, read_plotqa
 
     out = tmp_path / "eval"
@@ -368,7 +370,7 @@ def test_eval_end_to_end(saved_tiny_model, eval_data, tmp_path, capsys):
     assert set(metrics["skipped"]) == set(readers)
 
     assert len(load_predictions(out / "predictions.jsonl")) == 10
-    assert analyze_main([str(out / "predictions.jsonl"), "--out", str(tmp_path / "analysis")]) == 0
+    assert cli(["analyze", str(out / "predictions.jsonl"), "--out", str(tmp_path / "analysis")]) == 0
     assert (tmp_path / "analysis" / "report.md").is_file()
 
 
@@ -503,7 +505,8 @@ def test_eval_asks_as_in_training_unless_told_otherwise(tmp_path):
 
     model = tmp_path / "model"
     model.mkdir()
-    assert training_prompts(model, None, None) == (None, None, "")  # no run_config.json: nothing taken
+    system, instruction, note = training_prompts(model, None, None)  # no run_config.json: nothing taken, and said
+    assert (system, instruction) == (None, None) and "has no run_config.json" in note
     (model / "run_config.json").write_text(json.dumps({"instruction": "Answer in H:MM format.",
                                                        "system_prompt": None}))
     system, instruction, note = training_prompts(model, None, None)

@@ -273,3 +273,88 @@ def test_measure_equals_the_row_length_of_a_batch(preset):
     for i, size in enumerate([(120, 90), (300, 40), (56, 56)]):
         s = sample(name, "10:07" if i else "12.5", i, size)
         assert collator.measure(s) == int(collator([s])["attention_mask"].sum())
+
+
+def test_mrope_positions_by_hand():
+    """One left-padded row: pad, 2 text tokens, one image of 2 x 2 merged patches, 1 text token."""
+    from vlm_smmd.families.qwen2_5_vl import mrope_positions
+
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 0]])
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1]])
+    got = mrope_positions(types, mask, torch.tensor([[1, 4, 4]]), merge_size=2)
+    # text 0, 1; the image starts at 2: time 2, height 2 + row, width 2 + column; then text at 2 + max(2, 2)
+    assert got.tolist() == [[[0, 0, 1, 2, 2, 2, 2, 4]], [[0, 0, 1, 2, 2, 3, 3, 4]], [[0, 0, 1, 2, 3, 2, 3, 4]]]
+    # runs that do not match the grids: the model's own error, not a silent guess
+    assert mrope_positions(types, mask, torch.tensor([[1, 4, 4], [1, 2, 2]]), merge_size=2) is None
+    assert mrope_positions(types, mask, torch.tensor([[1, 2, 4]]), merge_size=2) is None
+
+
+def test_collator_mrope_positions_equal_the_models_own():
+    """Qwen2.5-VL: the collator's position_ids equal `get_rope_index` (the model's per-row loop) on rows of
+    different image sizes, a text-only row, a row with two images and left padding; and the model gives the
+    same logits with them as without."""
+    model, processor = load_model_and_processor("tiny", verbose=False)
+    model.eval()
+    collator = VLMCollator(processor)
+    samples = [sample("tiny", "10:07", 0, (140, 84)), Sample(None, "Is it noon?", "12", "test", "t"),
+               sample("tiny", "3", 1, (56, 112)), sample("tiny", "12.5", 2, (200, 200))]
+    batch = collator(samples)
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "numeric_mask", "position_ids")}
+    want, _ = model.model.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"], inputs["image_grid_thw"],
+                                         attention_mask=inputs["attention_mask"])
+    assert batch["position_ids"].dtype == want.dtype and torch.equal(batch["position_ids"], want)
+    assert len({tuple(g) for g in batch["image_grid_thw"].tolist()}) == 3  # three image sizes
+    with torch.no_grad():
+        assert torch.equal(model(**inputs).logits, model(**inputs, position_ids=batch["position_ids"]).logits)
+
+    # two images in one row (the processor directly): still the model's positions
+    chat = ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>and<|vision_start|><|image_pad|>"
+            "<|vision_end|>which?<|im_end|>\n")
+    two = processor(text=[chat, "<|im_start|>user\nhi<|im_end|>\n"], padding=True, padding_side="left",
+                    images=[make_image(56, 84), make_image(112, 56)], return_tensors="pt")
+    want, _ = model.model.get_rope_index(two["input_ids"], two["mm_token_type_ids"], two["image_grid_thw"],
+                                         attention_mask=two["attention_mask"])
+    assert torch.equal(collator.family.position_ids(dict(two), processor), want)
+
+
+def test_batches_without_images_leave_positions_to_the_model():
+    _, processor = load_model_and_processor("tiny", verbose=False)
+    batch = VLMCollator(processor)([Sample(None, "Is it noon?", "12", "test", "t")])
+    assert "position_ids" not in batch
+    _, processor = load_model_and_processor("tiny-qwen2-vl", verbose=False)  # its own rule, not ours
+    assert "position_ids" not in VLMCollator(processor)([sample("tiny-qwen2-vl")])
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("sizes, stock_calls", [([(56, 56)] * 3, 0), ([(224, 224)] * 2, 0),
+                                                 ([(56, 56), (112, 56), (224, 168)], 2)],
+                         ids=["one-window-each", "equal-windows", "unequal-windows"])
+def test_vision_attention_speed_up_computes_exactly_the_same(attn, sizes, stock_calls, monkeypatch):
+    """Qwen2.5-VL's `speed_up` (one attention call over windows of one length: a 224 px image has four
+    windows of 64 patches) gives bit-identical logits and gradients; windows of several lengths (a 224 x 168
+    image has windows of 64 and 32 patches) go through the stock forward."""
+    from vlm_smmd.families.qwen2_5_vl import equal_window_attention_class
+
+    model, processor = load_model_and_processor("tiny", attn_implementation=attn, verbose=False)
+    batch = VLMCollator(processor)([sample("tiny", "7", i, size) for i, size in enumerate(sizes)])
+    inputs = {k: v for k, v in batch.items() if k not in ("labels", "numeric_mask")}
+
+    def logits_and_grads():
+        model.zero_grad()
+        logits = model(**inputs).logits
+        (logits * torch.randn(logits.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
+        return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    stock_logits, stock_grads = logits_and_grads()
+    keys = list(model.state_dict())
+    family_of(model).speed_up(model)
+    assert sum(type(m).__name__ == "EqualWindowAttention" for m in model.modules()) == 2  # one per vision block
+    stock = equal_window_attention_class().__base__
+    calls = []
+    monkeypatch.setattr(stock, "forward", lambda *a, _f=stock.forward, **k: calls.append(1) or _f(*a, **k))
+    logits, grads = logits_and_grads()
+    assert len(calls) == stock_calls
+    assert torch.equal(logits, stock_logits)
+    assert all(torch.equal(grads[n], stock_grads[n]) for n in grads)
+    assert any(grads[n].abs().sum() > 0 for n in grads if ".visual.blocks.0.attn." in f".{n}")
+    assert list(model.state_dict()) == keys

@@ -12,16 +12,25 @@ written and no trainer_state.json: the most misleading half-written checkpoint (
 test checks afterwards that the folder really is incomplete. A hook inside the run would be exact but
 is no part of the product, and a larger model would only make the run slower.
 
-Last, a run in skip mode with a corrupt image and batches of one record finishes and reports that one
+Then a run in skip mode with a corrupt image and batches of one record finishes and reports that one
 record, once.
+
+Last, the other ways a run can end early, each in real processes: a diverged run (one line naming the
+step and the last good checkpoint, no model saved), a full disk (a tmpfs sized from a reference run of
+the scratch preset: the failed save leaves only the complete checkpoints, and resuming after space is
+freed ends on the reference model), two runs on one output_dir (the second is refused, naming the
+first's pid) and Ctrl-C (SIGINT to the whole process group, as a terminal sends it, DataLoader workers
+included: exit 130, one line, no traceback, no half-written output).
 """
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -216,3 +225,243 @@ def test_corrupt_image_with_batches_of_one_is_skipped_once(tmp_path_factory, clo
     assert json.loads((out / "all_results.json").read_text())["skipped_samples"] == 1
     assert logged_steps(out) == list(range(1, 11))  # 10 steps of one record each: the 7 kept ones, then again
     shutil.rmtree(data.parent, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- runs that end early: one line, nothing half-written
+
+
+def run_cli(args, cache: Path, timeout=180):
+    return subprocess.run([sys.executable, "-m", "vlm_smmd.cli", *map(str, args)], cwd=REPO, env=child_env(cache),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def error_line(proc, command="train") -> str:
+    """The one error line of a failed command (no traceback)."""
+    assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith(f"vlm-smmd {command}: error: "), proc.stderr[-4000:]
+    return errors[0].removeprefix(f"vlm-smmd {command}: error: ")
+
+
+def entries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+@pytest.mark.slow
+def test_diverged_run_stops_with_one_line_and_saves_no_model(config, run_dir):
+    """learning_rate 1e30 (a legal value), at once and behind a warmup (step 1 runs at lr 0 and is saved): the
+    run stops at the step that diverged, names it and the last good checkpoint, and saves nothing after it."""
+    from safetensors.torch import load_file
+
+    from vlm_smmd.training import checkpoint_problem
+
+    out = run_dir / "at_once"
+    proc = run_cli(train_args(config, out, "--learning_rate", "1e30")[3:], run_dir / "cache")
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert error_line(proc) == ("training diverged at step 1: the update made weights non-finite (learning_rate "
+                                f"1e+30); stopped before logging or saving that step; no checkpoint in {out} to go "
+                                "back to")
+    assert not out.exists()  # nothing saved, and no empty folder left behind
+
+    out = run_dir / "warmup"
+    proc = run_cli(train_args(config, out, "--learning_rate", "1e30", "--lr_scheduler_type", "linear",
+                              "--warmup_steps", "10", "--save_steps", "1", "--save_only_model", "true")[3:],
+                   run_dir / "cache")
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    line = error_line(proc)
+    assert line.startswith("training diverged at step 2: the update made weights non-finite (learning_rate 1e+29)")
+    assert line.endswith(f"the last good checkpoint is {out / 'checkpoint-1'}")
+    assert entries(out) == ["checkpoint-1"]  # no model, no checkpoint-2, no lock file
+    assert checkpoint_problem(out / "checkpoint-1") is None
+    assert all(bool(torch.isfinite(t).all()) for t in load_file(out / "checkpoint-1" / "model.safetensors").values())
+
+
+@pytest.fixture(scope="module")
+def scratch_config(tmp_path_factory, clock_root):
+    """The scratch preset (a 1.5 MB model, checkpoints of 4.4 MB) on the clocks: one step, one checkpoint."""
+    settings = {
+        "model_name_or_path": "scratch", "scratch_family": "qwen2_5_vl", "scratch_hidden_size": 64,
+        "scratch_layers": 2, "scratch_heads": 4, "scratch_vision_hidden_size": 64, "scratch_vision_depth": 2,
+        "scratch_vision_heads": 4, "min_pixels": 3136, "max_pixels": 3136, "dataset": "clocks",
+        "data_root": str(clock_root), "instruction": "Answer in H:MM format.", "use_cpu": True, "seed": 0,
+        "max_steps": 1, "per_device_train_batch_size": 2, "learning_rate": 0.001, "logging_steps": 1,
+        "save_strategy": "steps", "save_steps": 1, "disable_tqdm": True, "dataloader_num_workers": 0,
+    }
+    path = tmp_path_factory.mktemp("scratch_config") / "run.yaml"
+    path.write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
+    return path
+
+
+PAGE = 4096  # tmpfs charges whole pages
+
+
+def pages(paths) -> int:
+    return sum(-(-p.stat().st_size // PAGE) * PAGE for p in paths if p.is_file())
+
+
+@pytest.fixture(scope="module")
+def scratch_reference(tmp_path_factory, scratch_config):
+    """The run on an ample disk: (output dir, bytes of checkpoint-1, bytes of the final model files)."""
+    out = tmp_path_factory.mktemp("scratch_reference") / "out"
+    train(scratch_config, out)
+    checkpoint = pages((out / "checkpoint-1").rglob("*"))
+    final = pages(p for p in out.iterdir() if p.name not in ("checkpoint-1", "all_results.json"))
+    return out, checkpoint, final
+
+
+@contextlib.contextmanager
+def small_filesystem(folder: Path, size: int):
+    """A tmpfs of `size` bytes mounted on `folder` for the body (skipped where it cannot be mounted)."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.mark.slow
+def test_full_disk_during_the_final_save_keeps_the_checkpoints(scratch_config, scratch_reference, run_dir):
+    """Room for checkpoint-1 and half the model: the final save fails, leaving checkpoint-1 alone (no config
+    only, no weights without their tokenizer); with space freed, resuming ends on the reference model."""
+    from safetensors.torch import load_file
+
+    from vlm_smmd.training import checkpoint_problem
+
+    reference, checkpoint, final = scratch_reference
+    with small_filesystem(run_dir / "disk", checkpoint + PAGE + final // 2) as disk:
+        out = disk / "out"
+        proc = run_cli(train_args(scratch_config, out)[3:], run_dir / "cache")
+        assert proc.returncode == 1, proc.stderr[-4000:]
+        assert error_line(proc) == (
+            f"no space left on device while saving the model to {out}; nothing was left half-written there; the "
+            f"checkpoints in {out} are kept (newest: checkpoint-1; free some space and resume it with "
+            "resume_from_checkpoint: true)")
+        assert entries(out) == ["checkpoint-1"]
+        assert checkpoint_problem(out / "checkpoint-1") is None
+        assert_same_weights(weights(out / "checkpoint-1"), weights(reference / "checkpoint-1"), atol=0.0)
+
+        subprocess.run(["mount", "-o", f"remount,size={2 * (checkpoint + final)}", str(disk)], check=True)
+        train(scratch_config, out, "--resume_from_checkpoint", "true")
+        assert_same_weights(load_file(out / "model.safetensors"), load_file(reference / "model.safetensors"), atol=0.0)
+        assert (out / "tokenizer.json").read_bytes() == (reference / "tokenizer.json").read_bytes()
+        assert json.loads((out / "run_config.json").read_text())["instruction"] == "Answer in H:MM format."
+
+
+@pytest.mark.slow
+def test_full_disk_during_a_checkpoint_save_removes_the_half_written_one(scratch_config, scratch_reference, run_dir):
+    _, checkpoint, _ = scratch_reference
+    with small_filesystem(run_dir / "disk", checkpoint + checkpoint // 2) as disk:
+        out = disk / "out"
+        proc = run_cli(train_args(scratch_config, out, "--max_steps", "2")[3:], run_dir / "cache")
+        assert proc.returncode == 1, proc.stderr[-4000:]
+        assert error_line(proc) == (
+            f"no space left on device while saving checkpoint-2 to {out}; the half-written checkpoint-2 was removed; "
+            f"the checkpoints in {out} are kept (newest: checkpoint-1; free some space and resume it with "
+            "resume_from_checkpoint: true)")
+        assert entries(out) == ["checkpoint-1"]
+
+
+class Running:
+    """A command in its own process group (so SIGINT reaches it as Ctrl-C does: DataLoader workers too),
+    its stdout and stderr read as they come."""
+
+    def __init__(self, args, cache: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "vlm_smmd.cli", *map(str, args)], cwd=REPO,
+                                     env=child_env(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        self.out, self.err = [], []
+        self.readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
+                        for stream, into in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, into):
+        while chunk := stream.read(1):
+            into.append(chunk)
+
+    def wait_for(self, text: str, where: str = "out", timeout=150):
+        deadline = time.monotonic() + timeout
+        while text not in "".join(getattr(self, where)):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the command ended (exit {self.proc.returncode}) before printing {text!r}: "
+                                   f"{''.join(self.err)[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no {text!r} in {timeout} s")
+            time.sleep(0.05)
+
+    def interrupt(self):
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+    def finish(self, timeout=120) -> tuple[int, str, str]:
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for reader in self.readers:
+            reader.join(10)
+        return self.proc.returncode, "".join(self.out), "".join(self.err)
+
+
+def assert_interrupted(rc: int, err: str, command: str):
+    """Exit 130 and one line for it: no traceback, from the main process or any worker."""
+    assert rc == 130, err[-4000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-4000:]
+    assert [line for line in err.splitlines() if "interrupt" in line.lower()] == [f"vlm-smmd {command}: interrupted"]
+
+
+@pytest.mark.slow
+def test_second_run_on_the_same_output_dir_is_refused_naming_the_first(config, run_dir):
+    out = run_dir / "out"
+    first = Running(train_args(config, out, "--max_steps", "500", "--save_strategy", "no")[3:], run_dir / "cache")
+    try:
+        first.wait_for("'loss'")  # training: the folder is locked (it holds no model yet for the dispatcher to see)
+        second = run_cli(train_args(config, out, "--max_steps", "1", "--save_strategy", "no")[3:], run_dir / "cache")
+        assert second.returncode == 1, second.stderr[-4000:]
+        assert error_line(second).startswith(f"{out} is being written by another run (pid {first.proc.pid} on ")
+        assert first.proc.poll() is None  # the first goes on
+        assert (out / ".lock").read_text().startswith(f"pid {first.proc.pid} ")
+    finally:
+        first.interrupt()
+        rc, _, err = first.finish()
+    assert_interrupted(rc, err, "train")
+    assert not out.exists()  # the lock file goes with the run that held it
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_training_is_one_line_and_saves_nothing(config, run_dir):
+    out = run_dir / "out"
+    run = Running(train_args(config, out, "--max_steps", "500", "--save_strategy", "no",
+                             "--dataloader_num_workers", "2")[3:], run_dir / "cache")
+    try:
+        run.wait_for("'loss'")
+    finally:
+        run.interrupt()
+        rc, printed, err = run.finish()
+    assert "'loss'" in printed  # it was training
+    assert_interrupted(rc, err, "train")
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_generation_is_one_line_and_writes_nothing(tmp_path_factory, run_dir):
+    data = write_clock_dataset(tmp_path_factory.mktemp("ctrl_c_clocks") / "data", num=80, seed=0, size=64,
+                               splits="train=0.2,test=0.8", progress=False)
+    out = run_dir / "eval"
+    run = Running(["eval", "--model", "tiny", "--data", f"clocks:{data}", "--out", out, "--batch-size", "1",
+                   "--max-new-tokens", "16", "--min-pixels", "3136", "--max-pixels", "4096"], run_dir / "cache")
+    try:
+        run.wait_for("eval clocks:", where="err")
+        time.sleep(0.5)
+    finally:
+        run.interrupt()
+        rc, _, err = run.finish()
+    assert "eval clocks: 100%" not in err  # stopped during generation
+    assert_interrupted(rc, err, "eval")
+    assert entries(out) == []

@@ -1,3 +1,6 @@
+import random
+from decimal import Decimal
+
 import pytest
 import torch
 
@@ -123,3 +126,143 @@ def test_llama3_vnum_all_and_canonical():
     assert [tok.decode([i]) for i in ids] == ["10", ":", "07"]
     assert everything.mask(torch.tensor(ids)).tolist() == [True, False, True]
     assert canonical.mask(torch.tensor(ids)).tolist() == [True, False, False]
+
+
+# ---------------------------------------------------------------- numbers among answer positions
+
+NUMERIC_TEXTS = [str(d) for d in range(10)] + ["12", "345", "07", "007", "1.5", ".5", "5.", "999"]
+POINT_ID, TEXT_IDS = 1, [2, 3]  # ".", and two text tokens ("a", ":")
+FIRST_NUMERIC_ID = 10
+
+
+def _vocab():
+    ids = torch.arange(FIRST_NUMERIC_ID, FIRST_NUMERIC_ID + len(NUMERIC_TEXTS))
+    return NumericVocab(ids, torch.tensor([float(t) for t in NUMERIC_TEXTS]), NUMERIC_TEXTS, POINT_ID)
+
+
+def _text(token_id):
+    if token_id == POINT_ID:
+        return "."
+    if token_id >= FIRST_NUMERIC_ID:
+        return NUMERIC_TEXTS[token_id - FIRST_NUMERIC_ID]
+    return None
+
+
+def _unit(text):
+    """The token's shape with every digit 0 but the last, which is 1 ("345" -> "001", "1.5" -> "0.1")."""
+    last = max(i for i, c in enumerate(text) if c.isdigit())
+    return "".join(("1" if i == last else "0") if c.isdigit() else c for i, c in enumerate(text))
+
+
+def reference_numbers(rows):
+    """Slow reference from the texts alone: rows = {row: {position: token id}} -> list of numbers, each a
+    list of (row, position, place factor, digits after) for its numeric tokens, and the number's Decimal."""
+    numbers = []
+    for row in sorted(rows):
+        runs, current, last = [], [], None
+        for pos in sorted(rows[row]):
+            text = _text(rows[row][pos])
+            dotted = text is not None and "." in text
+            if text is None or pos != last or (dotted and any("." in t for _, t in current)):
+                if current:
+                    runs.append(current)
+                current = []
+            if text is not None:
+                current.append((pos, text))
+            last = pos + 1
+        runs.append(current)
+        for run in runs:
+            texts = [t for _, t in run]
+            if not any(t != "." for t in texts):
+                continue
+            tokens = []
+            for i, (pos, text) in enumerate(run):
+                if text == ".":
+                    continue
+                shape = "".join(_unit(t) if j == i else t.translate(str.maketrans("123456789", "000000000"))
+                                for j, t in enumerate(texts))
+                place = Decimal("0" + shape if shape.startswith(".") else shape) / Decimal(_unit(text))
+                after = sum(c.isdigit() for t in texts[i + 1:] for c in t)
+                tokens.append((row, pos, place, after))
+            joined = "".join(texts)
+            numbers.append((tokens, Decimal("0" + joined if joined.startswith(".") else joined)))
+    return numbers
+
+
+def _random_rows(seed):
+    rng = random.Random(seed)
+    choices = list(range(FIRST_NUMERIC_ID, FIRST_NUMERIC_ID + len(NUMERIC_TEXTS))) + [POINT_ID] * 4 + TEXT_IDS * 2
+    rows = {}
+    for row in range(rng.randint(1, 4)):
+        positions = sorted(rng.sample(range(40), rng.randint(0, 25)))  # gaps between positions break numbers
+        rows[row] = {pos: rng.choice(choices) for pos in positions}
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_number_layout_matches_a_reading_of_the_texts(seed):
+    rows = _random_rows(seed)
+    flat = [(row, pos, tid) for row in rows for pos, tid in rows[row].items()]
+    random.Random(seed).shuffle(flat)  # any order of positions
+    batch_idx = torch.tensor([r for r, _, _ in flat], dtype=torch.long)
+    pos_idx = torch.tensor([p for _, p, _ in flat], dtype=torch.long)
+    targets = torch.tensor([t for _, _, t in flat], dtype=torch.long)
+    layout = _vocab().number_layout(targets, batch_idx, pos_idx)
+    where = {(r, p): i for i, (r, p, _) in enumerate(flat)}
+    want = reference_numbers(rows)
+    assert layout.count == len(want)
+    assert layout.width == max((len(tokens) for tokens, _ in want), default=0)
+    seen = set()
+    for k, (tokens, value) in enumerate(want):  # numbered in row-major order
+        total = Decimal(0)
+        for slot, (row, pos, place, after) in enumerate(tokens):
+            i = where[row, pos]
+            seen.add(i)
+            assert layout.number[i] == k and layout.slot[i] == slot
+            assert Decimal(10) ** int(layout.exponent[i]) == place
+            assert layout.digits_after[i] == after
+            total += Decimal(NUMERIC_TEXTS[int(targets[i]) - FIRST_NUMERIC_ID]) * place
+        assert total == value
+    outside = [i for i in range(len(flat)) if i not in seen]
+    assert all(layout.number[i] == -1 and layout.exponent[i] == 0 for i in outside)
+
+
+def test_number_layout_examples_on_qwen(qwen_tokenizer, qwen_vocab):
+    assert qwen_vocab.decimal_point_id == qwen_tokenizer.convert_tokens_to_ids(".") == 13
+    ids = qwen_tokenizer("10:07 is 12.5, not 1.2.3.", add_special_tokens=False).input_ids
+    texts = [qwen_tokenizer.decode([i]) for i in ids]
+    rows = torch.zeros(len(ids), dtype=torch.long)
+    layout = qwen_vocab.number_layout(torch.tensor(ids), rows, torch.arange(len(ids)))
+    got = {}
+    for text, number, exponent in zip(texts, layout.number.tolist(), layout.exponent.tolist()):
+        if number >= 0:
+            got.setdefault(number, []).append((text, exponent))
+    # "1.2.3." is two numbers: a second decimal point starts a new one
+    assert list(got.values()) == [[("1", 1), ("0", 0)], [("0", 1), ("7", 0)], [("1", 1), ("2", 0), ("5", -1)],
+                                  [("1", 0), ("2", -1)], [("3", -1)]]
+
+
+def test_number_layout_llama3_multi_digit_tokens():
+    pytest.importorskip("tokenizers")
+    from vlm_smmd.families.tokenizers import build_llama3_tokenizer
+
+    tok = build_llama3_tokenizer()
+    vocab = NumericVocab.from_tokenizer(tok)
+    ids = tok("1234.56", add_special_tokens=False).input_ids
+    assert [tok.decode([i]) for i in ids] == ["123", "4", ".", "56"]
+    layout = vocab.number_layout(torch.tensor(ids), torch.zeros(4, dtype=torch.long), torch.arange(4))
+    assert layout.number.tolist() == [0, 0, -1, 0] and layout.exponent.tolist() == [1, 0, 0, -2]
+    assert layout.digits_after.tolist() == [3, 2, 0, 0] and (layout.count, layout.width) == (1, 3)
+
+
+def test_number_layout_without_a_decimal_point_token_and_bad_input():
+    vocab = NumericVocab(torch.arange(15, 25), torch.arange(10.0), [str(d) for d in range(10)])
+    layout = vocab.number_layout(torch.tensor([16, 13, 20]), torch.zeros(3, dtype=torch.long), torch.arange(3))
+    assert layout.number.tolist() == [0, -1, 1] and layout.count == 2  # "1.5" is 1 and 5
+    empty = vocab.number_layout(torch.tensor([-100, 7]), torch.zeros(2, dtype=torch.long), torch.arange(2))
+    assert empty.number.tolist() == [-1, -1] and (empty.count, empty.width) == (0, 0)
+    assert vocab.number_layout(*(torch.zeros(0, dtype=torch.long),) * 3).count == 0
+    with pytest.raises(ValueError, match="one shape"):
+        vocab.number_layout(torch.tensor([16]), torch.tensor([0, 0]), torch.tensor([0]))
+    with pytest.raises(ValueError, match="plain number"):
+        NumericVocab(torch.tensor([1]), torch.tensor([1.0]), ["-1"])

@@ -1,14 +1,15 @@
-"""`vlm-smmd` command: each subcommand lives in the module that does the work.
+"""`vlm-smmd`: the dispatcher. Exit codes and the output policy live here, once, for every command.
 
-What every subcommand does the same way (the helpers below; stdlib only, so that `--help` and usage
-errors answer before torch or transformers is imported):
-- a usage error (bad flag, unknown config key, bad value, an output it would overwrite) is one line
+- a usage problem (bad flag, unknown config key, bad value, an output it would overwrite) is one line
   `vlm-smmd CMD: error: ...` on stderr and exit status 2;
 - bad input met while running (`input_error`: a bad record, image, split or model name) is one line,
   exit status 1; any other exception is a bug and keeps its traceback;
-- options are spelt with dashes (--max-new-tokens) and taken with underscores too (`Parser`); config
-  keys are YAML keys, spelt with underscores (--max_steps), and taken with dashes too;
-- a run that fails leaves no empty output folder behind (`no_empty_folder`).
+- Ctrl-C (or SIGTERM) ends a command with one line and exit status 130;
+- an output folder is never written over without --overwrite (each command declares what it would
+  replace), and a run that fails leaves no empty output folder behind (`no_empty_folder`);
+- a module of the `train` extra missing (the core install alone) is one line naming the extra, exit status 1.
+Commands (`vlm_smmd.commands`) parse their arguments without importing torch, so `--help` and usage
+errors answer at once; the library below them never parses argv, prints errors or exits.
 """
 
 from __future__ import annotations
@@ -18,20 +19,16 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
-from data_synth.cli import Parser  # noqa: F401  (one-line usage errors, --x_y for --x-y; data-synth's too)
+from data_synth.cli import SYNTH_MODULES, missing_extra
 
-# name -> (module with a `main(argv)`, one-line help)
-COMMANDS = {
-    "train": ("vlm_smmd.training", "fine-tune on a YAML config (CE + lambda * aux at numeric answer tokens)"),
-    "eval": ("vlm_smmd.evaluation", "generate answers for a dataset and score them"),
-    "analyze": ("vlm_smmd.analysis", "per-digit error analysis of predictions.jsonl files, with plots"),
-    "compare": ("vlm_smmd.compare", "train, evaluate and analyse several aux losses / seeds on one config"),
-    "demo": ("vlm_smmd.demo", "offline CPU demo: clocks -> tiny Qwen2.5-VL + SMMD -> eval -> report"),
-}
+from .commands import COMMANDS, HIDDEN, UsageError
 
 OUR_PACKAGES = ("vlm_smmd", "data_synth")
 FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 HUB_PACKAGES = ("transformers", "huggingface_hub")  # their OSErrors name an unusable checkpoint or hub id
+# the top-level modules of the `train` extra, which pulls `synth` (pyproject.toml)
+TRAIN_MODULES = frozenset({"torchvision", "transformers", "peft", "datasets", "qwen_vl_utils", "deepspeed",
+                           "accelerate", "yaml"}) | SYNTH_MODULES
 
 
 def one_line(error) -> str:
@@ -82,6 +79,9 @@ def usage_error(command: str, message) -> int:
 @contextlib.contextmanager
 def no_empty_folder(path):
     """Remove `path` when the body fails and leaves it holding no file, if it did not exist before."""
+    if path is None:
+        yield
+        return
     path = Path(path)
     existed = path.exists()
     try:
@@ -95,47 +95,38 @@ def no_empty_folder(path):
         raise
 
 
-# what marks a folder as holding a trained model (train refuses to write over one without --overwrite)
-TRAINED_MODEL = ("config.json", "adapter_config.json", "trainer_state.json", "*.safetensors", "*.bin", "*.pt",
-                 "*.pth", "*.index.json", "checkpoint-*")
-
-
-def existing(folder, patterns) -> list[str]:
-    """Names of the entries of `folder` that match any of the glob `patterns`, sorted."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    return sorted({p.name for pattern in patterns for p in folder.glob(pattern)})
-
-
 def usage() -> str:
     lines = ["usage: vlm-smmd COMMAND [options]   (vlm-smmd COMMAND --help for its options)", "", "commands:"]
     lines += [f"  {name:<9} {text}" for name, (_, text) in COMMANDS.items()]
     return "\n".join(lines)
 
 
-def wants_help(argv: list[str]) -> bool:
-    return not argv or "-h" in argv or "--help" in argv
-
-
-def _train_precheck(argv: list[str]) -> int | None:
-    """`train --help`, the checks of the config that need no transformers (key names, our own values) and a
-    path-like model name that does not exist, answered before the training stack is imported (seconds):
-    an exit status, or None to go on."""
-    from .config import ConfigError, check_config, looks_like_path, train_command_line, train_help
-
-    if wants_help(argv):
-        print(train_help())
-        return 0
+def run_command(name: str, argv: list[str]) -> int:
+    """Parse, check the output, run: the whole policy of one command."""
+    module = import_module(f"{__package__}.commands.{(COMMANDS | HIDDEN)[name][0]}")
     try:
-        path, overrides, _ = train_command_line(argv)
-        model_args, _, _ = check_config(path, overrides)
-    except ConfigError as e:
-        return usage_error("train", e)
-    model = model_args.model_name_or_path
-    if looks_like_path(model) and not Path(model).exists():  # what modeling.resolve_family says, seconds later
-        return fail("train", f"{model}: no such model directory")
-    return None
+        args = module.parse(argv)
+        out = module.output(args)
+    except UsageError as e:
+        return usage_error(name, e)
+    except SystemExit as e:  # argparse: --help (0) or a usage error it has printed (2)
+        return e.code if isinstance(e.code, int) else 2
+    if out is not None and out.existing and not out.overwrite:
+        shown = ", ".join(out.existing[:4]) + (", ..." if len(out.existing) > 4 else "")
+        return usage_error(name, f"{out.flag} {out.folder} already holds {out.what or shown}"
+                           f"{f' ({shown})' if out.what else ''}; {out.advice}")
+    try:
+        with no_empty_folder(None if out is None else out.folder):
+            return module.run(args) or 0
+    except KeyboardInterrupt:
+        print(f"\nvlm-smmd {name}: interrupted", file=sys.stderr)
+        return 130
+    except UsageError as e:
+        return usage_error(name, e)
+    except Exception as e:
+        if not input_error(e):
+            raise
+        return fail(name, e)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,14 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
+    if name not in COMMANDS and name not in HIDDEN:
         print(f"vlm-smmd: error: unknown command {name!r}; choose from {', '.join(COMMANDS)} (see vlm-smmd --help)",
               file=sys.stderr)
         return 2
-    if name == "train" and (status := _train_precheck(rest)) is not None:
+    try:
+        return run_command(name, rest)
+    except ModuleNotFoundError as e:
+        status = missing_extra(f"vlm-smmd {name}", e, TRAIN_MODULES, "train", "training extra")
+        if status is None:
+            raise
         return status
-    module = import_module(COMMANDS[name][0])
-    return module.main(rest) or 0
 
 
 if __name__ == "__main__":

@@ -16,18 +16,20 @@ import difflib
 import functools
 import importlib.util
 import json
-import os
+import math
 import typing
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
 
 import yaml
 
-AUX_NAMES = ("smmd", "mmd", "smooth", "ntl_mse", "ntl_was", "dist2", "gce", "none")
-DATASETS = ("clocks", "chartqa", "plotqa", "dvqa", "gsm8k", "svamp", "deepmind_math", "arithmetic", "mixture")
+from .data.tasks import SYNTHESIZERS, TASKS
+from .losses.registry import AUX_LAMBDA, AUX_NAMES, LOSSES, SETTINGS, options_from_settings
+
+DATASETS = (*TASKS, "mixture")
 # chartqa / plotqa / dvqa: the default chart mix in that layout; bars: unlabelled bars against an axis
 # (ChartQA layout); arithmetic: text problems
-SYNTH_KINDS = ("none", "clocks", "chartqa", "plotqa", "dvqa", "bars", "arithmetic")
+SYNTH_KINDS = ("none", *SYNTHESIZERS)
 
 
 class ConfigError(ValueError):
@@ -90,25 +92,47 @@ class DataArguments:
     synthesize_seed: int = 0
     synthesize_size: int = 224
     synthesize_options: str | None = field(
-        default=None, metadata={"help": "extra data-synth options as a mapping (clocks: style, plain; bars: "
-                                "bar_axis_max, bar_places, bars_per_chart; arithmetic: digits, places, operations, "
-                                "negatives, div_places) (in YAML a plain mapping)"})
+        default=None, metadata={"help": "extra data-synth options as a mapping (clocks: splits, style, plain, "
+                                "variation, unseen_fraction, unseen_seed; bars: bar_axis_max, bar_places, "
+                                "bars_per_chart, bar_noise, unseen_fraction, unseen_seed; arithmetic: splits, digits, "
+                                "places, operations, negatives, div_places, distinct, unseen_fraction, unseen_seed; "
+                                "word_problems: splits, distractor_rate, unseen_fraction, unseen_seed) (in YAML a "
+                                "plain mapping)"})
     preflight_workers: int = field(default=1, metadata={"help": "processes for the preflight check of every record"})
+    max_image_pixels: int | None = field(default=None, metadata={
+        "help": "largest image (width x height) accepted; larger ones are bad records; default Pillow's "
+                "89,478,485; 0: no limit"})
+    # the evaluation protocol of a setting, declared before its runs (compare and demo read it)
+    test_splits: list[str] = field(default_factory=list, metadata={
+        "help": "held-out splits compare and demo evaluate (default: [eval_split or 'test']); a split named "
+                "*unseen* holds answers never seen in training"})
+    primary_metric: str | None = field(default=None, metadata={
+        "help": "the comparison's primary endpoint: a headline figure of the report (exact_match, mae, ...)"})
+    primary_split: str | None = field(default=None, metadata={"help": "the split of the primary endpoint"})
+    dev_seeds: list[int] = field(default_factory=list, metadata={
+        "help": "seeds used while building this setting: reported, never counted as confirmation"})
 
 
-@dataclass
-class LossArguments:
-    aux: str = field(default="smmd", metadata={"help": "|".join(AUX_NAMES)})
-    aux_lambda: float = field(default=1.0, metadata={"help": "weight of the aux loss"})
-    kernel: str = field(default="gaussian", metadata={"help": "gaussian | laplace"})
-    sigmas: list[float] = field(default_factory=lambda: [2.0])
-    squash: float = 9.0
-    alpha: str = field(default="auto", metadata={"help": "'auto' or a number"})
-    kernel_mode: str = field(default="value_distance", metadata={"help": "value_distance | random | shuffled"})
-    kernel_seed: int = 42
-    numeric_vocab: str = field(
-        default="all", metadata={"help": "all: every plain-number token (\"7\", \"07\" share value 7) | "
-                                 "canonical: integers without leading zeros only"})
+def _loss_arguments() -> type:
+    """`LossArguments`: aux, aux_lambda, numeric_vocab, and one key per option of the registered losses
+    (`losses.registry.SETTINGS`), so every loss option can be set from a config and a new loss needs no
+    change here."""
+    kinds = {"float": float, "int": int, "choice": str, "floats": list[float], "auto_or_float": str}
+    specs = [("aux", str, field(default="smmd", metadata={"help": " | ".join(AUX_NAMES)})),
+             ("aux_lambda", float, field(default=AUX_LAMBDA.default, metadata={"help": AUX_LAMBDA.help}))]
+    for key, option in SETTINGS.items():
+        users = [name for name, entry in LOSSES.items() if option in entry.options]
+        metadata = {"help": f"{option.help}; {option.rule} ({', '.join(users)})"}
+        specs.append((key, kinds[option.kind],
+                      field(default_factory=lambda d=option.default: list(d), metadata=metadata)
+                      if option.kind == "floats" else field(default=option.default, metadata=metadata)))
+    specs.append(("numeric_vocab", str, field(default="all", metadata={
+        "help": "all: every plain-number token (\"7\", \"07\" share value 7) | canonical: integers without "
+                "leading zeros only"})))
+    return make_dataclass("LossArguments", specs, namespace={"__module__": __name__})
+
+
+LossArguments = _loss_arguments()
 
 
 OWN_CLASSES = (ModelArguments, DataArguments, LossArguments)
@@ -173,12 +197,6 @@ def training_argument_names() -> frozenset[str]:
             continue
         names.add(node.target.id)
     return frozenset(names)
-
-
-def looks_like_path(name: str) -> bool:
-    """A model name that can only be a folder ("./x", "~/m", "/abs", "outputs/demo/model", "x/"), never a
-    hub id, which is "name" or "org/name" (nor a preset)."""
-    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or name.endswith(("/", "\\"))
 
 
 def _known_keys() -> set[str]:
@@ -248,14 +266,16 @@ def _coerce(key: str, value, hint, from_cli: bool = False, none_keys: set[str] =
     if base in (int, float):
         if isinstance(value, bool):
             raise bad("a number")
-        if isinstance(value, (int, float)) and (base is float or float(value).is_integer()):
+        if isinstance(value, (int, float)) and math.isfinite(value) and (base is float or float(value).is_integer()):
             return base(value)
         if isinstance(value, str):
             try:
-                return base(value.strip())
+                number = base(value.strip())
             except ValueError:
                 raise bad("an integer" if base is int else "a number") from None
-        raise bad("an integer" if base is int else "a number")
+            if math.isfinite(number):
+                return number
+        raise bad("an integer" if base is int else "a finite number")
     if base is str:
         if isinstance(value, str):
             return value
@@ -350,10 +370,14 @@ def _check(path, overrides: dict):
     return tuple(own), values
 
 
+DEFAULT_OUTPUT_DIR = "outputs/run"
+
+
 def check_config(path: str | Path | None, overrides: dict | None = None):
-    """(ModelArguments, DataArguments, LossArguments) from YAML + overrides, every key checked, without
-    importing transformers; the TrainingArguments values are checked by `load_config`."""
-    return _check(path, overrides or {})[0]
+    """(ModelArguments, DataArguments, LossArguments, {TrainingArguments key: value as given}) from YAML +
+    overrides, every key checked, without importing transformers; those values are checked by `load_config`."""
+    own, values = _check(path, overrides or {})
+    return (*own, values)
 
 
 def load_config(path: str | Path | None, overrides: dict | None = None):
@@ -366,7 +390,7 @@ def load_config(path: str | Path | None, overrides: dict | None = None):
     types, none_keys = _field_types([cls]), _text_none_keys([cls])
     values = {key: _coerce(key, value, types[key], from_cli=key in overrides, none_keys=none_keys)
               for key, value in values.items()}
-    values.setdefault("output_dir", "outputs/run")
+    values.setdefault("output_dir", DEFAULT_OUTPUT_DIR)
     where = f" in {path}" if path is not None else ""
     try:
         (train_args,) = HfArgumentParser((cls,)).parse_dict(values)
@@ -403,21 +427,24 @@ def train_help() -> str:
     return "\n".join(lines)
 
 
-def validate(model_args: ModelArguments, data_args: DataArguments, loss_args: LossArguments) -> None:
+def validate(model_args: ModelArguments, data_args: DataArguments, loss_args) -> None:
     choices = [("dataset", data_args.dataset, DATASETS), ("aux", loss_args.aux, AUX_NAMES),
                ("synthesize", data_args.synthesize, SYNTH_KINDS),
                ("on_error", data_args.on_error, ("raise", "skip")),
-               ("kernel", loss_args.kernel, ("gaussian", "laplace")),
-               ("kernel_mode", loss_args.kernel_mode, ("value_distance", "random", "shuffled")),
                ("numeric_vocab", loss_args.numeric_vocab, ("all", "canonical"))]
     for key, value, allowed in choices:
         if value not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
-    if loss_args.alpha != "auto":
-        try:
-            float(loss_args.alpha)
-        except ValueError:
-            raise ConfigError(f"alpha must be 'auto' or a number; got {loss_args.alpha!r}") from None
+    try:
+        AUX_LAMBDA.check(loss_args.aux_lambda)
+        aux_options(loss_args)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if data_args.max_image_pixels is not None and data_args.max_image_pixels < 0:
+        raise ConfigError(f"max_image_pixels must be >= 0 (0: no limit), got {data_args.max_image_pixels}")
+    if data_args.primary_split is not None and data_args.primary_split not in evaluated_splits(data_args):
+        raise ConfigError(f"primary_split {data_args.primary_split!r} is not one of the evaluated splits "
+                          f"{evaluated_splits(data_args)} (test_splits)")
     if data_args.dataset == "mixture":
         if not data_args.mixture:
             raise ConfigError("dataset: mixture needs the key 'mixture' (a list of sources)")
@@ -425,8 +452,22 @@ def validate(model_args: ModelArguments, data_args: DataArguments, loss_args: Lo
         raise ConfigError(f"dataset {data_args.dataset!r} needs the key 'data_root'")
 
 
-def aux_options(loss_args: LossArguments) -> dict:
-    """Keyword arguments for the aux loss named by `loss_args.aux`."""
-    alpha = loss_args.alpha if loss_args.alpha == "auto" else float(loss_args.alpha)
-    return dict(kernel=loss_args.kernel, sigmas=tuple(loss_args.sigmas), squash=loss_args.squash, alpha=alpha,
-                kernel_mode=loss_args.kernel_mode, seed=loss_args.kernel_seed)
+def evaluated_splits(data_args: DataArguments) -> list[str]:
+    """The held-out splits a comparison evaluates: test_splits, else [eval_split or "test"]."""
+    return list(data_args.test_splits) or [data_args.eval_split or "test"]
+
+
+def aux_options(loss_args) -> dict:
+    """The range-checked keyword arguments of the aux loss named by `loss_args.aux`, read from its config
+    keys (`losses.registry`; "auto_or_float" options given as text, such as alpha "0.5", as numbers).
+    ValueError naming option and value when one is out of range."""
+    settings = asdict(loss_args)
+    for key, option in SETTINGS.items():
+        value = settings.get(key)
+        if option.kind == "auto_or_float" and isinstance(value, str) and value != "auto":
+            try:
+                settings[key] = float(value)
+            except ValueError:
+                pass  # the option's own check names it
+        option.check(settings[key])  # every key of the config, also those of other losses: no nan anywhere
+    return options_from_settings(loss_args.aux, settings)

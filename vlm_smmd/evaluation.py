@@ -12,7 +12,7 @@ meta (the sample's meta, JSON-safe) and scores:
 - chartqa, plotqa, dvqa: relaxed_accuracy (ChartQA convention, max over targets);
 - clocks (against the first target, on the 12-hour dial): time_exact, hour_correct, minute_correct,
   time_gap_minutes (None when the prediction holds no time) and within_5_min;
-- gsm8k, svamp, deepmind_math, arithmetic (text tasks): the prediction is the final number of the
+- the text tasks (gsm8k, svamp, deepmind_math, arithmetic, word_problems; metric "final_number" in the task registry): the prediction is the final number of the
   generation (`metrics.extract_final_number`: after "####", else after "The answer is", else the last
   number) and the target the sample's exact final number (`meta["final_answer"]`, also when the model
   was trained on GSM8K rationales); number_exact (equal values: "1,234" == "1234.0") and within_0.001,
@@ -21,18 +21,17 @@ meta (the sample's meta, JSON-safe) and scores:
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import re
 import statistics
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from vlm_smmd.data.sample import DataError, SkipLog, check_on_error
+from vlm_smmd.data.tasks import TASKS, names_with
 from vlm_smmd.metrics import (
     RELATIVE_TOLERANCES,
     clock_exact,
@@ -48,13 +47,11 @@ from vlm_smmd.metrics import (
     score_against_targets,
 )
 
-SOURCES = ("clocks", "chartqa", "plotqa", "dvqa", "gsm8k", "svamp", "deepmind_math", "arithmetic")
-CHART_SOURCES = ("chartqa", "plotqa", "dvqa")
-TEXT_SOURCES = ("gsm8k", "svamp", "deepmind_math", "arithmetic")  # numeric answers scored as final numbers
+SOURCES = tuple(TASKS)
+CHART_SOURCES = names_with("relaxed")
+TEXT_SOURCES = names_with("final_number")  # numeric answers scored as final numbers
+CLOCK_SOURCES = names_with("clock")
 WITHIN_MINUTES = 5
-# meta keys each chart source is broken down by (clocks: every categorical meta key, see `style_keys`)
-BREAKDOWNS = {"chartqa": ("subset",), "dvqa": ("template_id", "question_type"), "plotqa": ("template", "type"),
-              "svamp": ("type",), "deepmind_math": ("module",), "arithmetic": ("operation",)}
 # clock meta keys that are no style attribute
 CLOCK_NON_STYLE = {"hour", "minute", "second", "file_name", "image", "question", "answer", "answers", "split",
                    "id", "seed", "index", "record"}
@@ -96,7 +93,7 @@ def extract_answer(text: str, source: str) -> str:
     """
     if source in TEXT_SOURCES:
         return extract_final_number(text) or ""
-    if source == "clocks":
+    if source in CLOCK_SOURCES:
         for m in _TIME_CANDIDATE.finditer(text):
             if parse_time(m.group(), whole=True) is not None:
                 reading = m.group().strip()
@@ -106,7 +103,7 @@ def extract_answer(text: str, source: str) -> str:
     for candidate in (ln for ln in text.splitlines() if ln.strip()):
         plain = _EMPHASIS.sub("", _BLOCK_MARK.sub("", candidate.strip())).strip()
         line = _PREFIX.sub("", plain, count=1).strip()
-        if source == "clocks":
+        if source in CLOCK_SOURCES:
             line = _CLOCK_PREFIX.sub("", line, count=1).strip()
         if line or line == plain:  # a line that was only "Answer:" -> the next line
             break
@@ -133,7 +130,7 @@ def score_prediction(prediction: str, targets: Sequence[str], source: str) -> di
             if tolerance:
                 scores[f"within_{tolerance:g}"] = score_against_targets(final_number_within, prediction, targets,
                                                                         tolerance=tolerance)
-    elif source == "clocks":
+    elif source in CLOCK_SOURCES:
         target = targets[0]
         gap = clock_time_gap(prediction, target)
         scores.update(
@@ -375,7 +372,7 @@ def summarize(records: Sequence[Mapping]) -> dict:
         sources[source] = {}
         for split in sorted(by_source[source]):
             recs = by_source[source][split]
-            keys = style_keys(recs) if source == "clocks" else BREAKDOWNS.get(source, ())
+            keys = style_keys(recs) if source in CLOCK_SOURCES else (TASKS[source].breakdowns if source in TASKS else ())
             sources[source][split] = {**_aggregate(recs), "by": {key: _breakdown(recs, key) for key in keys}}
     return {
         "count": len(records),
@@ -454,17 +451,17 @@ def parse_data_spec(spec) -> DataSpec:
 
 def read_source(spec: DataSpec, split: str, on_error: str = "raise"):
     """The reader of `spec.name` on `spec.path` (a sequence of Samples; `.skipped` when the reader counts)."""
-    import vlm_smmd.data as data
+    from vlm_smmd.data.tasks import read
 
-    reader = getattr(data, f"read_{spec.name}")
-    return reader(spec.path, split, on_error=on_error)
+    return read(spec.name, spec.path, split, on_error=on_error)
 
 
 def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "test", limit: int | None = None,
                    batch_size: int = 8, max_new_tokens: int = 16, system_prompt: str | None = None,
                    instruction: str | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
                    on_error: str = "raise", device: str | None = None, dtype: str | None = None,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, train_data: Sequence[tuple[str, str, str]] = (),
+                   max_image_pixels: int | None = None) -> dict:
     """Load a model, generate for the first `limit` samples (all when None) of `split` of each data spec,
     score, write predictions.jsonl + metrics.json to `out_dir`, and return the metrics.
 
@@ -473,7 +470,10 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     `device` defaults to cuda when available, else cpu; `dtype` defaults to fp32 on the CPU and the
     checkpoint's own dtype ("auto") on a GPU. metrics["skipped"] counts, per source, the records the reader
     ("read"; None when the reader keeps no count) and the generation ("generate") skipped under
-    on_error="skip", with the reasons; metrics["run"] records the arguments.
+    on_error="skip", with the reasons; metrics["run"] records the arguments. `train_data`: the (task, root,
+    split) sets the model was trained on (`training_data`); each evaluated source is checked against the
+    one of its name (`data.leakage`): metrics["leakage"][source], None when there is none to check.
+    `max_image_pixels`: the largest image accepted (`data.set_max_image_pixels`; None: Pillow's default).
     """
     import torch
 
@@ -492,6 +492,9 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
 
+    from vlm_smmd.data.sample import set_max_image_pixels
+
+    set_max_image_pixels(max_image_pixels)
     # read every dataset before the (slow) model load so that data errors surface first
     datasets = [(s, read_source(s, split, on_error)) for s in specs]
     for s, ds in datasets:
@@ -501,12 +504,14 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or ("fp32" if str(device).startswith("cpu") else "auto")
     model, processor = load_model_and_processor(str(model_name_or_path), dtype=dtype, verbose=False)
+    _refuse_nonfinite(model, model_name_or_path)
     model.to(device)
 
-    records, skipped = [], {}
+    records, skipped, leakage = [], {}, {}
     for s, ds in datasets:
         n = len(ds) if limit is None else min(limit, len(ds))
         samples = [ds[i] for i in range(n)]
+        leakage[s.name] = _leakage(samples, s.name, split, train_data, on_error, progress)
         log = SkipLog(f"eval {s.name}")
         recs = generate_predictions(model, processor, samples, batch_size=batch_size,
                                     max_new_tokens=max_new_tokens, system_prompt=system_prompt,
@@ -523,111 +528,101 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
         raise ValueError("every sample was skipped; nothing to score")
     metrics = summarize(records)
     metrics["skipped"] = skipped
+    metrics["leakage"] = leakage
     metrics["run"] = {"model": str(model_name_or_path), "data": {s.name: str(s.path) for s in specs},
                       "split": split, "limit": limit, "batch_size": batch_size, "max_new_tokens": max_new_tokens,
                       "system_prompt": system_prompt, "instruction": instruction, "min_pixels": min_pixels,
-                      "max_pixels": max_pixels, "on_error": on_error}
+                      "max_pixels": max_pixels, "on_error": on_error,
+                      "train_data": [list(t) for t in train_data], "max_image_pixels": max_image_pixels}
     write_outputs(records, metrics, out_dir)
     return metrics
 
 
-# ---------------------------------------------------------------------------------------------------------
-# CLI
+def _refuse_nonfinite(model, name) -> None:
+    """ModelLoadError when a weight of `model` is NaN or infinite (a diverged run): it would answer noise.
+    One foreach norm over all weights; the names are looked up only when it is not finite."""
+    import torch
+
+    from vlm_smmd.modeling import ModelLoadError
+
+    params = [p.detach() for p in model.parameters() if p.numel()]
+    if params and bool(torch.isfinite(torch.nn.utils.get_total_norm(params, 2.0))):
+        return
+    bad = [n for n, p in model.named_parameters() if p.numel() and not bool(torch.isfinite(p).all())]
+    if bad:
+        raise ModelLoadError(f"{name}: {len(bad)} of {len(params)} weight tensors hold NaN or infinite values (e.g. "
+                             f"{bad[0]}), as a diverged training run leaves them; not evaluated")
 
 
-def _spec_arg(text: str) -> DataSpec:
+def _leakage(samples, name: str, split: str, train_data, on_error: str, progress: bool) -> dict | None:
+    """What `samples` (split `split` of task `name`) share with the training set of that task, if known."""
+    from vlm_smmd.data.leakage import check_leakage
+    from vlm_smmd.data.tasks import read, task
+
+    sets = [(root, train_split) for task, root, train_split in train_data if task == name]
+    if not sets:
+        return None
+    root, train_split = sets[0]
+    if not Path(root).exists():
+        return {"train": f"{name}:{root}:{train_split}", "lines": [f"training data {root} not found: not checked"],
+                "held_out": None, "leaks": None}
+    training = read(name, root, train_split, on_error=on_error)
+    report = check_leakage(samples, (training[i] for i in range(len(training))), progress=progress,
+                           unseen_key=task(name).unseen_key)
+    return {"train": f"{name}:{root}:{train_split}", "lines": report.lines(), "held_out": report.held_out,
+            "leaks": report.leaks(split), **report.to_dict()}
+
+
+def find_run_config(model) -> Path | None:
+    """The run_config.json `vlm-smmd train` saved for `model`: in its folder, or, for a checkpoint-N folder,
+    in the run's output_dir above it; None for a hub id, a preset or a folder without one."""
+    folder = Path(model)
+    candidates = [folder] + ([folder.parent] if folder.name.startswith("checkpoint-") else [])
+    return next((c / "run_config.json" for c in candidates if (c / "run_config.json").is_file()), None)
+
+
+def _read_run_config(path: Path | None) -> dict:
     try:
-        return parse_data_spec(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        config = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
+    except (OSError, ValueError):
+        config = {}
+    return config if isinstance(config, dict) else {}
 
 
 def training_prompts(model, system_prompt: str | None, instruction: str | None) -> tuple[str | None, str | None, str]:
-    """(system_prompt, instruction, note): each one not given is taken from the run_config.json that
-    `vlm-smmd train` saved beside the model, so a model is asked as it was trained; the note says what
-    was taken ("" when nothing). An empty string given on the command line means none."""
-    path = Path(model) / "run_config.json"
+    """(system_prompt, instruction, note): each one not given is taken from the run's run_config.json
+    (`find_run_config`), so a model is asked as it was trained; the note says what was taken, or that a
+    model folder has no run_config.json to take them from ("" when there is nothing to say). An empty
+    string given on the command line means none."""
+    path = find_run_config(model)
     taken = []
-    if (system_prompt is None or instruction is None) and path.is_file():
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            config = {}
+    if system_prompt is None or instruction is None:
+        config = _read_run_config(path)
         if system_prompt is None and config.get("system_prompt"):
             system_prompt = config["system_prompt"]
             taken.append(f"system prompt {system_prompt!r}")
         if instruction is None and config.get("instruction"):
             instruction = config["instruction"]
             taken.append(f"instruction {instruction!r}")
+        if path is None and Path(model).is_dir():
+            return system_prompt or None, instruction or None, (
+                f"{model} has no run_config.json (nor its parent, for a checkpoint folder): asking without the "
+                "training run's instruction and system prompt; pass --instruction / --system-prompt to set them")
     note = f"asking as in training ({path}): {', '.join(taken)}; pass --instruction '' / --system-prompt '' for none" \
         if taken else ""
     return system_prompt or None, instruction or None, note
 
 
-def main(argv: list[str] | None = None) -> int:
-    from vlm_smmd.cli import Parser, existing, fail, input_error, no_empty_folder, usage_error
-
-    parser = Parser(
-        prog="vlm-smmd eval",
-        description="Generate answers greedily for datasets and score them; writes predictions.jsonl and "
-                    "metrics.json.")
-    parser.add_argument("--model", required=True, help="saved model directory, hub id, or a preset such as 'tiny'")
-    parser.add_argument("--data", required=True, action="append", type=_spec_arg, metavar="NAME:PATH",
-                        help=f"dataset to evaluate, NAME one of {', '.join(SOURCES)}; repeat for several")
-    parser.add_argument("--out", required=True, type=Path, help="output folder")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the predictions.jsonl and metrics.json that --out already holds")
-    parser.add_argument("--split", default="test", help="split to read (default %(default)s)")
-    parser.add_argument("--limit", type=int, help="evaluate the first N samples of each dataset")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--instruction", help="text appended to each question (default: the training run's, "
-                        "from run_config.json beside the model)")
-    parser.add_argument("--system-prompt", help="system turn (default: the training run's, from run_config.json)")
-    parser.add_argument("--min-pixels", type=int)
-    parser.add_argument("--max-pixels", type=int)
-    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                        help="unusable records: stop with an error, or skip and count them")
-    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"),
-                        help="model dtype (default: fp32 on the CPU, the checkpoint's on a GPU)")
-    args = parser.parse_args(argv)
-    if args.limit is not None and args.limit < 1:
-        parser.error(f"--limit must be >= 1, got {args.limit}")
-    if args.batch_size < 1 or args.max_new_tokens < 1:
-        parser.error("--batch-size and --max-new-tokens must be >= 1")
-    earlier = existing(args.out, ("predictions.jsonl", "metrics.json"))
-    if earlier and not args.overwrite:
-        return usage_error("eval", f"--out {args.out} already holds {', '.join(earlier)}; pass --overwrite to "
-                           "replace them, or choose another --out")
-
-    try:
-        with no_empty_folder(args.out):
-            from vlm_smmd.modeling import resolve_family
-
-            resolve_family(args.model)  # a bad name or path fails before the data is read
-            system_prompt, instruction, note = training_prompts(args.model, args.system_prompt, args.instruction)
-            if note:
-                print(note)
-            metrics = evaluate_model(
-                args.model, args.data, args.out, split=args.split, limit=args.limit, batch_size=args.batch_size,
-                max_new_tokens=args.max_new_tokens, system_prompt=system_prompt,
-                instruction=instruction, min_pixels=args.min_pixels, max_pixels=args.max_pixels,
-                on_error=args.on_error, device=args.device, dtype=args.dtype)
-    except Exception as e:
-        if not input_error(e):
-            raise
-        return fail("eval", e)
-    print(format_metrics_table(metrics))
-    for name, counts in metrics["skipped"].items():
-        if counts["read"] or counts["generate"]:
-            print(f"{name}: skipped {counts['read']} records at read time and {counts['generate']} at "
-                  f"generation ({counts['reasons']})")
-    print(f"predictions: {args.out / 'predictions.jsonl'} ({metrics['count']} records)")
-    print(f"metrics: {args.out / 'metrics.json'}")
-    print(f"next: vlm-smmd analyze {args.out / 'predictions.jsonl'} --out {args.out / 'analysis'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def training_data(model) -> list[tuple[str, str, str]]:
+    """[(task, root, split)] the run behind `model` trained on, from its run_config.json ([] when unknown)."""
+    config = _read_run_config(find_run_config(model))
+    if config.get("dataset") == "mixture":
+        try:
+            entries = json.loads(config.get("mixture") or "[]")
+        except ValueError:
+            return []
+        return [(e["name"], str(e["root"]), e.get("split", config.get("train_split") or "train"))
+                for e in entries if isinstance(e, dict) and "name" in e and "root" in e]
+    if config.get("dataset") and config.get("data_root"):
+        return [(config["dataset"], str(config["data_root"]), config.get("train_split") or "train")]
+    return []

@@ -2,6 +2,11 @@
 the final-number metrics of the text tasks (GSM8K, SVAMP, DeepMind Mathematics, arithmetic).
 
 Pure string functions; every metric takes `(prediction, target)` in that order.
+
+One rule for digits, shared with training (`numeric.NumericVocab`) and the analysis: a number is written
+in ASCII digits 0-9. Full-width ("１２"), Arabic-Indic ("١٢") and other Unicode digits are text: no
+SMMD term in training, no number here (relaxed accuracy compares such answers as strings, although
+Python's float() would read them), non-numeric in the analysis.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from typing import NamedTuple
 
 
 def _chartqa_float(text: str) -> float | None:
-    """ChartQA's `_to_float`: Python float(); trailing '%' characters are stripped and the value divided by 100."""
+    """ChartQA's `_to_float`: Python float(); trailing '%' characters are stripped and the value divided by 100.
+    Text with any non-ASCII character is no number (the digit rule of the module docstring)."""
+    if not text.isascii():
+        return None
     try:
         if text.endswith("%"):
             return float(text.rstrip("%")) / 100.0
@@ -36,7 +44,8 @@ def relaxed_accuracy(prediction: str, target: str, tolerance: float = 0.05) -> b
     If both parse and the target is non-zero: |pred - target| / |target| <= tolerance (binary floats, so
     "1.05" vs "1" gives 0.05000000000000004 and fails, as in the reference). Otherwise (either side does
     not parse, or the target is 0) the stripped strings are compared case-insensitively.
-    What float() accepts is accepted: "1e3", "+5", "1_000", "inf", "nan" parse; "1,234" and "$5" do not.
+    What float() accepts in ASCII is accepted: "1e3", "+5", "1_000", "inf", "nan" parse; "1,234" and "$5"
+    do not, nor do Unicode digits ("１２" vs "12" is a string comparison, hence wrong; module docstring).
     A "nan" or "inf" target parses and is truthy, so the relative change is nan (or inf - inf = nan) and the
     answer is never correct, not even "nan" vs "nan" -- the reference behaves the same.
     """
@@ -133,22 +142,16 @@ def parse_decimal(text: str) -> Decimal | None:
     return value
 
 
-def parse_number(text: str) -> float | None:
-    """`parse_decimal(text)` as a float (None when it does not parse)."""
-    value = parse_decimal(text)
-    return None if value is None else float(value)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Final numbers of generated solutions (text tasks)
 
 RELATIVE_TOLERANCES = (0.0, 1e-3, 1e-2, 5e-2)  # the tolerances the text tasks report
 # a number in running text: optional sign (not a binary minus: no word character or ')' before it),
 # optional '$', digits with ',' thousands groups or without, optional fraction; never inside a longer number
+# (ASCII digits; one touching any other Unicode digit, as in "1２", is no number)
 _TEXT_NUMBER = re.compile(
     r"(?:(?<![\w)])(?P<sign>[-\u2212]))?(?:\$\s?)?"
-    r"(?<![\d.,])(?P<number>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?![\d]|,\d)",
-    re.ASCII,
+    r"(?<![\d.,])(?P<number>(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|\.[0-9]+)(?!\d|,\d)",
 )
 _HASHES = re.compile(r"####")
 _ANSWER_IS = re.compile(r"the\s+(?:final\s+)?answer\s+is", re.IGNORECASE)
@@ -303,10 +306,3 @@ def clock_minute_correct(prediction: str, target: str) -> bool:
     """Minute equal (hour ignored); False when the prediction holds no time."""
     t, p = _target_time(target), parse_time(prediction)
     return p is not None and p.minute == t.minute
-
-
-def clock_within(prediction: str, target: str, minutes: float) -> bool:
-    """`clock_time_gap <= minutes`; False when the prediction holds no time. Averaged over records this is
-    the accuracy within k minutes."""
-    gap = clock_time_gap(prediction, target)
-    return gap is not None and gap <= minutes

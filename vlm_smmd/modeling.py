@@ -17,30 +17,17 @@ from pathlib import Path
 
 import torch
 
-from .config import looks_like_path  # noqa: F401  (a name that can only be a folder)
 from .families import (
     ModelLoadError,
     checkpoint_model_type,
     family_for,
     family_of,
+    looks_like_path,
     presets,
 )
-from .families.qwen2_5_vl import FAMILY as QWEN25_VL
-from .families.qwen2_5_vl import build_processor  # noqa: F401  (tests and benches build the stock processor)
-from .families.tokenizers import QWEN_VL_CHAT_TEMPLATE, build_qwen_tokenizer  # noqa: F401
 
 __all__ = ["ModelLoadError", "load_model_and_processor", "load_processor", "lora_target_modules", "set_trainable",
-           "trainable_summary", "build_qwen25_tokenizer", "tiny_config"]
-
-
-def build_qwen25_tokenizer():
-    """The real Qwen2.5 tokenizer with the Qwen2-VL chat template (offline)."""
-    return build_qwen_tokenizer()
-
-
-def tiny_config():
-    """The "tiny" preset's Qwen2.5-VL config."""
-    return QWEN25_VL.tiny_config()
+           "trainable_summary"]
 
 
 def _resolve_dtype(dtype):

@@ -9,11 +9,10 @@ the per-digit report, and says what the model learned beside the chance level:
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SETTINGS = {  # name -> (config, eval source, what one sample is)
     "bar": ("scratch_cpu_bar.yaml", "chartqa", "bar charts"),
     "clock": ("scratch_cpu_clock.yaml", "clocks", "clocks"),
@@ -25,12 +24,13 @@ SUMMARY = 6  # headline figures printed per setting (the report has them all)
 def run_setting(name: str, out: Path, *, num: int | None = None, steps: int | None = None,
                 eval_limit: int | None = None, max_new_tokens: int = 8, overrides: dict | None = None,
                 overwrite: bool = False) -> dict:
-    """Data -> train -> eval -> report for one setting under out/name; returns paths and the analysis.
-    `overwrite`: an earlier model, eval and report there are removed once the data is in place."""
-    from .analysis import analyze_records, load_predictions, load_run_info, write_report
-    from .config import load_config
-    from .evaluation import evaluate_model
-    from .training import run, synthesize_if_missing
+    """Data -> train -> eval on every test split (held-out images; unseen values) -> report for one setting
+    under out/name; returns paths and, per split, the analysis and the held-out check. `overwrite`: an
+    earlier model, eval and report there are removed once the data is in place."""
+    from ..analysis import analyze_records, load_predictions, load_run_info, write_report
+    from ..config import evaluated_splits, load_config
+    from ..evaluation import evaluate_model
+    from ..training import run, synthesize_if_missing
 
     config, source, what = SETTINGS[name]
     base = out / name
@@ -55,44 +55,61 @@ def run_setting(name: str, out: Path, *, num: int | None = None, steps: int | No
     train_started = time.time()
     run(model_args, data_args, loss_args, train_args)
     trained = time.time() - train_started
-    print(f"[{name} 3/4] evaluating on {'all' if eval_limit is None else f'the first {eval_limit}'} held-out "
-          f"{what} -> {eval_dir}", flush=True)
-    evaluate_model(str(model_dir), [f"{source}:{data_root}"], eval_dir, split="test", limit=eval_limit,
-                   batch_size=100, max_new_tokens=max_new_tokens, instruction=data_args.instruction,
-                   min_pixels=model_args.min_pixels, max_pixels=model_args.max_pixels, progress=False)
-    predictions = eval_dir / "predictions.jsonl"
+    splits = evaluated_splits(data_args)
+    print(f"[{name} 3/4] evaluating on {'all' if eval_limit is None else f'the first {eval_limit}'} {what} of "
+          f"{', '.join(splits)} -> {eval_dir}", flush=True)
+    results = {}
+    for split in splits:
+        metrics = evaluate_model(str(model_dir), [f"{source}:{data_root}"], eval_dir / split, split=split,
+                                 limit=eval_limit, batch_size=100, max_new_tokens=max_new_tokens,
+                                 instruction=data_args.instruction, min_pixels=model_args.min_pixels,
+                                 max_pixels=model_args.max_pixels, progress=False,
+                                 train_data=[(source, str(data_root), data_args.train_split)],
+                                 max_image_pixels=data_args.max_image_pixels)
+        predictions = eval_dir / split / "predictions.jsonl"
+        analysis = analyze_records(load_predictions(predictions))
+        results[split] = {"predictions": predictions, "metrics": eval_dir / split / "metrics.json",
+                          "analysis": analysis, "leakage": metrics["leakage"][source]}
     print(f"[{name} 4/4] per-digit report -> {report_dir}", flush=True)
-    analysis = analyze_records(load_predictions(predictions))
-    report = write_report({name: analysis}, report_dir, inputs={name: str(predictions)},
-                          run_info={name: load_run_info(model_dir, predictions=predictions)})
-    return {"data": data_root, "model": model_dir, "predictions": predictions, "metrics": eval_dir / "metrics.json",
-            "report": report, "analysis": analysis, "train_seconds": trained}
+    report = write_report({f"{name} {split}": r["analysis"] for split, r in results.items()}, report_dir,
+                          inputs={f"{name} {split}": str(r["predictions"]) for split, r in results.items()},
+                          run_info={f"{name} {split}": load_run_info(model_dir, predictions=r["predictions"])
+                                    for split, r in results.items()})
+    return {"data": data_root, "model": model_dir, "splits": results, "report": report, "train_seconds": trained}
 
 
 def summary(name: str, result: dict) -> list[str]:
-    """What the model learned, each figure with its n and chance level; a warning when it collapsed."""
-    from .analysis import _fmt, headline
+    """What the model learned on each test split, each figure with its n, chance level and best constant,
+    the held-out check, and a warning when it collapsed."""
+    from ..analysis import headline
+    from ..analysis.formatting import fmt
 
-    a = result["analysis"]
-    lines = [f"{name}: {a['records']} held-out {SETTINGS[name][2]}, trained {result['train_seconds']:.0f} s"]
-    figs = headline(a)
-    if any(f.key == "clock_exact" for f in figs):  # the string match says the same as the time read exactly
-        figs = [f for f in figs if f.key != "exact_match"]
-    for f in figs[:SUMMARY]:
-        chance = "" if f.chance is None else f", chance {_fmt(f.chance)}"
-        answer = "" if f.constant_answer is None else f" ({f.constant_answer!r})"
-        best = "" if f.constant is None else f", best constant answer{answer} {_fmt(f.constant)}"
-        over = "" if f.n == a["records"] else f" (over {f.n} {f.over})"
-        lines.append(f"  {f.label}: {_fmt(f.value)}{over}{chance}{best}")
-    places = [f for f in figs if f.key.startswith("digit_acc_")]
-    if places:
-        lines.append("  digits right per place: " + ", ".join(
-            f"{f.label.split(': ', 1)[-1]} {_fmt(f.value)} (chance {_fmt(f.chance)})" for f in places))
-    c = a["collapse"]
-    if c["collapsed"]:
-        lines.append(f"  WARNING: the model mostly repeats itself: {'; '.join(c['reasons'])}")
-    else:
-        lines.append(f"  {c['distinct_predictions']} distinct answers for {c['distinct_targets']} distinct targets")
+    lines = [f"{name}: trained {result['train_seconds']:.0f} s (one seed: a figure of this run on this machine, "
+             "not a result; the same command on another machine gives other figures)"]
+    for split, r in result["splits"].items():
+        a = r["analysis"]
+        kind = "values never seen in training" if "unseen" in split else "new images of values seen in training"
+        lines.append(f" {split} ({kind}): {a['records']} {SETTINGS[name][2]}")
+        if r["leakage"]:
+            lines.append("  " + "; ".join(r["leakage"]["lines"]))
+        figs = headline(a)
+        if any(f.key == "clock_exact" for f in figs):  # the string match says the same as the time read exactly
+            figs = [f for f in figs if f.key != "exact_match"]
+        for f in figs[:SUMMARY]:
+            chance = "" if f.chance is None else f", chance {fmt(f.chance)}"
+            answer = "" if f.constant_answer is None else f" ({f.constant_answer!r})"
+            best = "" if f.constant is None else f", best constant answer{answer} {fmt(f.constant)}"
+            over = "" if f.n == a["records"] else f" (over {f.n} {f.over})"
+            lines.append(f"  {f.label}: {fmt(f.value)}{over}{chance}{best}")
+        places = [f for f in figs if f.key.startswith("digit_acc_")]
+        if places:
+            lines.append("  digits right per place: " + ", ".join(
+                f"{f.label.split(': ', 1)[-1]} {fmt(f.value)} (chance {fmt(f.chance)})" for f in places))
+        c = a["collapse"]
+        if c["collapsed"]:
+            lines.append(f"  WARNING: the model mostly repeats itself: {'; '.join(c['reasons'])}")
+        else:
+            lines.append(f"  {c['distinct_predictions']} distinct answers for {c['distinct_targets']} distinct targets")
     lines.append(f"  report: {result['report']}")
     return lines
 
@@ -109,50 +126,3 @@ def run_demo(out: Path, *, settings=DEFAULT, **kwargs) -> dict:
     print("These are small models trained from scratch on one narrow synthetic task each, over a task "
           "vocabulary: evidence about the losses in a controlled setting, not about pretrained VLMs.")
     return results
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .cli import TRAINED_MODEL, Parser, existing, fail, input_error, no_empty_folder, usage_error
-
-    parser = Parser(prog="vlm-smmd demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="folder for everything (%(default)s)")
-    parser.add_argument("--settings", default=",".join(DEFAULT),
-                        help=f"comma-separated settings to run, from {', '.join(SETTINGS)} (default %(default)s)")
-    parser.add_argument("--num", type=int, help="samples to render per setting (default: each config's synthesize_num)")
-    parser.add_argument("--steps", type=int, help="training steps per setting (default: each config's max_steps)")
-    parser.add_argument("--eval-limit", type=int, help="held-out samples to evaluate per setting (default all)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the models, predictions and reports of an earlier demo in --out (its data "
-                             "is reused when rendered with the same settings)")
-    args = parser.parse_args(argv)
-    settings = [s for s in args.settings.split(",") if s]
-    unknown = [s for s in settings if s not in SETTINGS]
-    if unknown or not settings:
-        parser.error(f"--settings: choose from {', '.join(SETTINGS)}, got {args.settings!r}")
-    for name, _, _ in SETTINGS.values():
-        if not (CONFIGS / name).is_file():
-            parser.error(f"{CONFIGS / name}: config not found (the demo runs from a source checkout)")
-    for flag in ("num", "steps", "eval_limit"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    earlier = [f"{s}/{part}/{name}" for s in settings
-               for part, patterns in (("model", TRAINED_MODEL), ("eval", ("predictions.jsonl", "metrics.json")),
-                                      ("report", ("report.md",)))
-               for name in existing(args.out / s / part, patterns)]
-    if earlier and not args.overwrite:
-        return usage_error("demo", f"--out {args.out} holds an earlier demo ({', '.join(earlier[:4])}"
-                           f"{', ...' if len(earlier) > 4 else ''}); pass --overwrite to replace it, or choose "
-                           "another --out")
-    try:
-        with no_empty_folder(args.out):
-            run_demo(args.out, settings=settings, num=args.num, steps=args.steps, eval_limit=args.eval_limit,
-                     overwrite=bool(earlier))
-    except Exception as e:
-        if not input_error(e):
-            raise
-        return fail("demo", e)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,12 +11,17 @@ Adding a family: write `families/<name>.py` with a subclass of `Family` and list
 from __future__ import annotations
 
 import json
+import os
 from importlib import import_module
 from pathlib import Path
 
-import torch
-
 _MODULES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mllama", "qwen2", "llama")
+
+
+def looks_like_path(name: str) -> bool:
+    """A model name that can only be a folder ("./x", "~/m", "/abs", "outputs/demo/model", "x/"), never a
+    hub id, which is "name" or "org/name" (nor a preset)."""
+    return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1 or name.endswith(("/", "\\"))
 
 
 class ModelLoadError(ValueError):
@@ -102,9 +107,20 @@ class Family:
         flat = [img for row in images_per_row for img in row]
         return dict(processor(text=texts, images=flat or None, **self.processor_kwargs(), **kwargs))
 
-    def expected_image_tokens(self, batch: dict, images_per_row: list[int], processor) -> torch.Tensor:
+    def expected_image_tokens(self, batch: dict, images_per_row: list[int], processor):
         """LongTensor [B]: how many image-placeholder tokens each row must hold after processing."""
+        import torch
+
         return torch.tensor(images_per_row, dtype=torch.long)
+
+    def position_ids(self, batch: dict, processor):
+        """Position ids the model would otherwise derive from `batch` in its forward pass, computed by the
+        collator on the host (where DataLoader workers can pay for them); None: the model derives them."""
+        return None
+
+    def speed_up(self, model) -> None:
+        """Swap modules of `model` (in place) for faster ones that compute exactly the same; the trainer
+        calls it. Weights, state-dict keys and the saved config are unchanged."""
 
     def placeholder_tokens(self, image, processor) -> int:
         """Tokens one (already sized) image occupies in the text after processing."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import Family
@@ -79,6 +81,21 @@ class Qwen25VL(QwenVLFamily):
     preset = "tiny-qwen2.5-vl"
     processor_class = "Qwen2_5_VLProcessor"
 
+    def position_ids(self, batch, processor):
+        """The mRoPE positions [3, B, T] of a batch with still images (`mrope_positions`); None for a
+        batch without images or with video, where the model's own rule applies."""
+        grids, types = batch.get("image_grid_thw"), batch.get("mm_token_type_ids")
+        if grids is None or types is None or "video_grid_thw" in batch:
+            return None
+        return mrope_positions(types, batch["attention_mask"], grids, processor.image_processor.merge_size)
+
+    def speed_up(self, model):
+        """Vision attention in one call over windows of one length (`EqualWindowAttention`)."""
+        attention = equal_window_attention_class()
+        for module in model.modules():
+            if type(module) is attention.__base__:
+                module.__class__ = attention
+
     def model_class(self):
         from transformers import Qwen2_5_VLForConditionalGeneration
 
@@ -92,6 +109,77 @@ class Qwen25VL(QwenVLFamily):
 
     def tiny_processor(self, min_pixels=None, max_pixels=None):
         return build_processor(build_qwen_tokenizer(), min_pixels, max_pixels)
+
+
+def mrope_positions(mm_token_type_ids: torch.Tensor, attention_mask: torch.Tensor, image_grid_thw: torch.Tensor,
+                    merge_size: int) -> torch.Tensor | None:
+    """LongTensor [3, B, T]: the (time, height, width) rotary positions that Qwen2.5-VL's `get_rope_index`
+    gives a batch of text and still images, computed with tensor ops instead of its loop over rows and runs.
+
+    mm_token_type_ids, attention_mask [B, T] (1 marks an image token; 0 padding); image_grid_thw [N, 3], the
+    batch's images in row order. Along each row's attended tokens, p counts the text tokens so far plus
+    max(h, w) for each image so far (h, w its merged grid): a text token's three positions are p; the tokens
+    of an image starting at p get p + (t, h, w) indices over its merged grid, in row-major order. Padding
+    positions are 0. None when the token runs do not match the grids (the model then raises its own error).
+    """
+    valid = attention_mask.bool()
+    batch_size, length = valid.shape
+    # pack each row's attended tokens to the left, in order (a stable sort), and unpack at the end
+    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
+    packed = valid.gather(1, order)
+    image = (mm_token_type_ids.gather(1, order) == 1) & packed
+    text = packed & ~image
+    before = torch.zeros_like(image)
+    before[:, 1:] = image[:, :-1]
+    starts = image & ~before  # first token of each image
+    images = len(image_grid_thw)
+    if images == 0 or int(starts.sum()) != images:
+        return None
+    ordinal = (starts.flatten().cumsum(0) - 1).view(batch_size, length).clamp(min=0)  # image of each token
+    if not torch.equal(torch.bincount(ordinal[image], minlength=images), image_grid_thw.prod(-1) // merge_size**2):
+        return None
+    merged = image_grid_thw // torch.tensor([1, merge_size, merge_size])
+    _, grid_h, grid_w = merged[ordinal].unbind(-1)  # each [B, T]: the merged grid of the token's image
+    columns = torch.arange(length).expand(batch_size, length)
+    offset = columns - torch.where(starts, columns, 0).cummax(1).values  # index within its image
+    advance = torch.maximum(grid_h, grid_w)
+    text_before = text.cumsum(1) - text.long()
+    images_before = (advance * starts).cumsum(1) - torch.where(image, advance, 0)  # images that have ended
+    start = text_before + images_before
+    inside = torch.stack([offset // (grid_h * grid_w), offset // grid_w % grid_h, offset % grid_w])  # [3, B, T]
+    positions = torch.where(packed, start + inside * image, 0)
+    return torch.zeros_like(positions).scatter_(2, order.expand(3, -1, -1), positions)
+
+
+@functools.cache
+def equal_window_attention_class():
+    """`EqualWindowAttention`: Qwen2.5-VL's vision attention, with one attention call over all windows when
+    they have one length (images of one size, as in the research settings) instead of one call per window.
+    Each window attends within itself either way, with the same kernel on the same numbers: outputs and
+    gradients are identical. Windows of several lengths, and flash attention (which takes the packed
+    windows itself), run the stock forward."""
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as hf
+    from transformers.utils.generic import is_flash_attention_requested
+
+    class EqualWindowAttention(hf.Qwen2_5_VLVisionAttention):
+        def forward(self, hidden_states, cu_seqlens, position_embeddings=None, max_seqlen=None, **kwargs):
+            """hidden_states [N, C] of all images, windows bounded by cu_seqlens [W + 1] -> [N, C]."""
+            if is_flash_attention_requested(self.config):
+                return super().forward(hidden_states, cu_seqlens, position_embeddings, max_seqlen, **kwargs)
+            lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # one host read, as the stock forward makes
+            total, windows = hidden_states.shape[0], len(lengths)
+            if set(lengths) != {total // windows}:
+                return super().forward(hidden_states, cu_seqlens, position_embeddings, max_seqlen, **kwargs)
+            q, k, v = self.qkv(hidden_states).reshape(total, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
+            q, k = hf.apply_rotary_pos_emb_vision(q, k, *position_embeddings)
+            q, k, v = (t.reshape(windows, total // windows, self.num_heads, -1).transpose(1, 2) for t in (q, k, v))
+            attend = hf.ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                              hf.eager_attention_forward)
+            out, _ = attend(self, q, k, v, attention_mask=None, scaling=self.scaling, is_causal=False,
+                            dropout=self.attention_dropout if self.training else 0.0, **kwargs)  # [W, L, heads, d]
+            return self.proj(out.reshape(total, -1))
+
+    return EqualWindowAttention
 
 
 def build_processor(tokenizer, min_pixels=None, max_pixels=None, *, processor_cls=None, patch_size=14,

@@ -1,0 +1,51 @@
+"""Text and figure helpers shared by the reports: figures as text, markdown tables, PNG figures.
+
+Figures drawn with matplotlib's object API on the Agg canvas: no pyplot, no global backend state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+WIDE_KEYS = frozenset({"mae", "mean_time_gap_min", "mean_time_gap_worst_min"})  # figures written with 2 decimals
+
+
+def fmt(value, key: str = "", *, signed: bool = False) -> str:
+    """A figure as text: None -> "–"; a float with 3 decimals, 2 when `key` (a headline key) is in WIDE_KEYS,
+    with its sign when `signed` ("+0.012"); anything else as str()."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        digits = 2 if key in WIDE_KEYS else 3
+        return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return str(value)
+
+
+def md_cell(value) -> str:
+    """`fmt(value)` with "|" escaped, so that any text stays one cell of a markdown table."""
+    return fmt(value).replace("|", "\\|")
+
+
+def md_table(header: Sequence, rows: Iterable[Sequence]) -> list[str]:
+    """The lines of a markdown table, each cell through `md_cell`, and a blank line after it."""
+    lines = ["| " + " | ".join(md_cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(md_cell(v) for v in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def new_figure(width: float = 7.0, height: float = 4.0, ncols: int = 1):
+    """(figure, axes) at 100 dpi on the Agg canvas: one row of `ncols` axes, a list of them when ncols > 1."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    return fig, (axes[0] if ncols == 1 else axes)
+
+
+def save_figure(fig, path: Path) -> None:
+    """Write `fig` as PNG after a tight layout, without the Software entry (no matplotlib version in the
+    file)."""
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})

@@ -1,0 +1,108 @@
+"""Headline figures of a run: what a results table shows, each with its n, chance and best constant."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from .clocks import WORST_GAP
+from .digits import rate
+from .numbers import REL_TOLERANCES
+
+
+class Metric(NamedTuple):
+    """One headline figure of a run: `key` names it in results.csv; `count` / `n` its numerator and
+    denominator (`over` says what n counts); chance and best constant as in the package docstring."""
+
+    key: str
+    label: str
+    value: float | int | None
+    n: int
+    over: str
+    count: int | None = None
+    chance: float | None = None
+    constant: float | None = None
+    constant_answer: str | None = None
+    lower_is_better: bool = False
+    total: int | None = None  # the records n is drawn from, when n leaves some out
+
+
+def headline(a: Mapping) -> list[Metric]:
+    """The figures of an analysis that a table shows, in order: exact match, relaxed accuracy (chart
+    sources), the numeric figures (value exact and within relative tolerance when text sources are present;
+    MAE, within ±1 / ±2, non-numeric answers, digit accuracy overall and per place), the clock figures
+    (hour, minute, exact, within 5 min, mean gap over answers holding a time and worst case, no time,
+    digit accuracy per place). Only those that apply to the run's records."""
+    figs = [Metric("exact_match", "exact match", a["exact_match"], a["records"], "records", a["exact_match_count"],
+                   a["chance"]["exact_match"], a["chance"]["constant"]["exact_match"],
+                   a["chance"]["constant"]["exact_match_answer"])]
+    if a["chart_records"]:
+        figs.append(Metric("relaxed_accuracy", "relaxed accuracy (ChartQA, 5%)", a["relaxed_accuracy"],
+                           a["chart_records"], "chart records", a["relaxed_accuracy_count"],
+                           a["chance"]["relaxed_accuracy"]))
+    num = a["numeric"]
+    if num["records"]:
+        ch, const, n = num["chance"], num["constant"], num["records"]
+        if a["text_records"]:
+            figs.append(Metric("value_exact", "final number exact", num["value_exact_rate"], n, "numeric answers",
+                               num["value_exact"], ch.get("value_exact"), const.get("value_exact"),
+                               const.get("value_exact_answer")))
+            for tol in REL_TOLERANCES[1:]:
+                k = f"{tol:g}"
+                figs.append(Metric(f"within_rel_{k}", f"within relative tolerance {k}",
+                                   num["within_relative_rate"][k], n, "numeric answers", num["within_relative"][k],
+                                   ch.get("within_relative", {}).get(k)))
+        figs.append(Metric("mae", "mean absolute error", num["abs_error"]["mean"], num["analysed"],
+                           "numeric answers holding a number", None, ch.get("mae"), const.get("mae"),
+                           const.get("mae_answer"), lower_is_better=True, total=n))
+        for k in ("1", "2"):
+            figs.append(Metric(f"within_{k}", f"within ±{k}", num["within_abs_rate"][k], n, "numeric answers",
+                               num["within_abs"][k], ch.get("within_abs", {}).get(k)))
+        figs.append(Metric("non_numeric_rate", "answer holds no number", rate(num["non_numeric_predictions"], n),
+                           n, "numeric answers", num["non_numeric_predictions"], lower_is_better=True))
+        figs += _digit_figures(num, "")
+    clk = a["clock"]
+    if clk["records"]:
+        ch, const, n, analysed = clk["chance"], clk["constant"], clk["records"], clk["analysed"]
+        rates = ch.get("rates", {})
+        for key, label in (("hour_correct", "hour correct"), ("minute_correct", "minute correct"),
+                           ("exact", "clock exact")):
+            figs.append(Metric("clock_exact" if key == "exact" else key, label, clk["rates"][key], n,
+                               "clock answers", clk[key], rates.get(key), const.get(key),
+                               const.get("exact_answer") if key == "exact" else None))
+        figs.append(Metric("within_5_min", "within 5 min", clk["within_minutes_rate"]["5"], n, "clock answers",
+                           clk["within_minutes"]["5"], ch.get("within_minutes_rate", {}).get("5")))
+        figs.append(Metric("mean_time_gap_min", "mean gap (min), answers holding a time", clk["mean_gap"], analysed,
+                           "clock answers holding a time", None, ch.get("mean_gap"), const.get("mean_gap"),
+                           const.get("mean_gap_answer"), lower_is_better=True, total=n))
+        figs.append(Metric("mean_time_gap_worst_min", f"mean gap (min), no time = {WORST_GAP:g}",
+                           clk["mean_gap_worst_case"], n, "clock answers", None, ch.get("mean_gap"),
+                           const.get("mean_gap"), const.get("mean_gap_answer"), lower_is_better=True))
+        figs.append(Metric("no_time_rate", "answer holds no time", clk["rates"]["no_time"], n, "clock answers",
+                           clk["no_time"], lower_is_better=True))
+        figs += _digit_figures(clk, "clock ")
+    return figs
+
+
+def _digit_figures(part: Mapping, prefix: str) -> list[Metric]:
+    over = "target digits of answers that hold a " + ("time" if prefix else "number")
+    ch = part["chance"]
+    figs = [] if prefix else [Metric("digit_accuracy", "digit accuracy (all places)", part["digit_accuracy"],
+                                     sum(p["target_digits"] for p in part["places"].values()), over,
+                                     sum(p["correct"] for p in part["places"].values()), ch.get("digit_accuracy"))]
+    for name, p in part["places"].items():
+        figs.append(Metric(f"digit_acc_{name.replace(' ', '_')}", f"{prefix}digit accuracy: {name}", p["accuracy"],
+                           p["target_digits"], over, p["correct"], ch["places"].get(name)))
+    return figs
+
+
+def compare_runs(analyses: Mapping[str, dict]) -> dict[str, dict[str, float | int | None]]:
+    """Headline figures side by side: {label: {run: value}}, "records" first, in `headline` order; a figure
+    that no run has is left out."""
+    rows: dict[str, dict] = {"records": {r: a["records"] for r, a in analyses.items()}}
+    per_run = {r: {f.label: f.value for f in headline(a)} for r, a in analyses.items()}
+    for label in dict.fromkeys(lbl for figs in per_run.values() for lbl in figs):
+        values = {r: per_run[r].get(label) for r in analyses}
+        if any(v is not None for v in values.values()):
+            rows[label] = values
+    return rows

@@ -1,0 +1,231 @@
+"""The report's PNG plots: per-place digit accuracy, |digit error|, confusion matrices, error distributions,
+clock breakdowns and training curves, one file each, several runs overlaid."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from .clocks import GAP_BIN, WORST_GAP
+from .digits import CLOCK_PLACES, place_name
+from .formatting import new_figure, save_figure
+from .numbers import ABS_WITHIN
+from .runinfo import curve_series
+
+
+def _integer_axis(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[float | None]],
+                  chance: Mapping[str, Sequence[float | None]] | None = None, *, rotate: bool = True,
+                  notes: Mapping[str, Sequence[str]] | None = None) -> None:
+    """Bars per label and run; a None value is written "no data" (not drawn as 0); chance (per run) as a
+    black dash over each bar; `notes` (per run and bar, e.g. "3/6") written above the bars."""
+    width = 0.8 / max(1, len(series))
+    chance_drawn = False
+    for i, (run, values) in enumerate(series.items()):
+        xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
+        ax.bar([x for x, v in zip(xs, values) if v is not None], [v for v in values if v is not None],
+               width=width, label=run, color=f"C{i}")
+        for x, v in zip(xs, values):
+            if v is None:
+                ax.text(x, 0.02, "no data", rotation=90, ha="center", va="bottom", fontsize=7, color="0.4",
+                        transform=ax.get_xaxis_transform())
+        for x, v, note in zip(xs, values, (notes or {}).get(run, ())):
+            if v is not None:
+                ax.text(x, v, note, ha="center", va="bottom", fontsize=6, color="0.25")
+        for x, c in zip(xs, (chance or {}).get(run, ())):
+            if c is not None:
+                ax.hlines(c, x - width / 2, x + width / 2, colors="black", linestyles="--", linewidth=1.5,
+                          label=None if chance_drawn else "chance")
+                chance_drawn = True
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30 if rotate else 0, ha="right" if rotate else "center")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
+def place_order(tables: Iterable[Mapping[str, Mapping]]) -> list[str]:
+    """The places of several per-place tables, most significant first (clock places in CLOCK_PLACES order)."""
+    rank: dict[str, float] = {}
+    for table in tables:
+        for name, p in table.items():
+            rank[name] = -p["place"] if "place" in p else CLOCK_PLACES.index(name)
+    return sorted(rank, key=rank.get)
+
+
+def safe_name(name: str) -> str:
+    """`name` as part of a file name: runs of other characters than letters, digits, _ . - become "_"."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "run"
+
+
+def _confusion_plot(conf: Sequence[Sequence[int]], title: str, path: Path) -> None:
+    fig, ax = new_figure(5.5, 5.0)
+    rows = [[c / max(1, sum(row)) for c in row] for row in conf]
+    im = ax.imshow(rows, cmap="Blues", vmin=0, vmax=1)
+    for ti in range(10):
+        for pi in range(10):
+            if conf[ti][pi]:
+                ax.text(pi, ti, str(conf[ti][pi]), ha="center", va="center", fontsize=7,
+                        color="white" if rows[ti][pi] > 0.5 else "black")
+    ax.set_xticks(range(10))
+    ax.set_yticks(range(10))
+    ax.set_xlabel("predicted digit")
+    ax.set_ylabel("target digit")
+    ax.set_title(title, fontsize=9, wrap=True)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    save_figure(fig, path)
+
+
+def _digit_plots(parts: Mapping[str, Mapping], out: Path, prefix: str, what: str) -> dict[str, str]:
+    """Per-place accuracy, |digit error| distribution and confusion matrices of numbers or clock readings."""
+    files: dict[str, str] = {}
+    runs = [r for r, p in parts.items() if p["places"]]
+    if not runs:
+        return files
+    # places where only predictions have digits ("extra") have no accuracy: the table lists them
+    names = [nm for nm in place_order(parts[r]["places"] for r in runs)
+             if any(parts[r]["places"].get(nm, {}).get("target_digits") for r in runs)]
+    fig, ax = new_figure(max(7.0, 1.2 * len(names) + 2))
+    _grouped_bars(ax, names, {r: [parts[r]["places"].get(nm, {}).get("accuracy") for nm in names] for r in runs},
+                  {r: [parts[r]["chance"]["places"].get(nm) for nm in names] for r in runs},
+                  notes={r: [f"{p['correct']}/{p['target_digits']}" if p else "" for p in
+                             (parts[r]["places"].get(nm) for nm in names)] for r in runs})
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("accuracy (correct / target digits)")
+    ax.set_title(f"{what}: accuracy per place (answers holding a {'time' if prefix else 'number'})")
+    save_figure(fig, out / f"{prefix}place_accuracy.png")
+    files[f"{prefix}place_accuracy"] = f"{prefix}place_accuracy.png"
+
+    with_digits = [r for r in runs if sum(parts[r]["digit_error_histogram"])]
+    if with_digits:
+        fig, ax = new_figure()
+        _grouped_bars(ax, [str(d) for d in range(10)],
+                      {r: [c / sum(parts[r]["digit_error_histogram"]) for c in parts[r]["digit_error_histogram"]]
+                       for r in with_digits},
+                      {r: parts[r]["chance"]["digit_error_fractions"] for r in with_digits}, rotate=False)
+        ax.set_xlabel("|predicted digit - target digit|")
+        ax.set_ylabel("fraction of aligned digits")
+        ax.set_title(f"{what}: |digit error| distribution")
+        save_figure(fig, out / f"{prefix}digit_error.png")
+        files[f"{prefix}digit_error"] = f"{prefix}digit_error.png"
+    for i, r in enumerate(parts):
+        if sum(map(sum, parts[r]["confusion"])):
+            name = f"{prefix}confusion_{i}_{safe_name(r)}.png"
+            _confusion_plot(parts[r]["confusion"], f"{what} digit confusion, all places: {r} (row-normalised; counts)",
+                            out / name)
+            files[f"{prefix}confusion:{r}"] = name
+    return files
+
+
+def write_plots(analyses: Mapping[str, dict], out: Path) -> dict[str, str]:
+    """Write the PNGs that have data into `out`; {plot name: file name}."""
+    files: dict[str, str] = {}
+    runs = list(analyses)
+    numeric = {r: a["numeric"] for r, a in analyses.items()}
+    if any(n["analysed"] for n in numeric.values()):
+        files.update(_digit_plots(numeric, out, "", "Numbers"))
+        with_data = [r for r in runs if numeric[r]["analysed"]]
+        names = [place_name(p) for p in sorted({p["place"] for r in with_data
+                                                for p in numeric[r]["places"].values()}, reverse=True)]
+        fig, ax = new_figure()
+        _grouped_bars(ax, names + ["none"], {r: [numeric[r]["first_wrong_place"].get(nm, 0) for nm in names]
+                                             + [numeric[r]["all_digits_correct"]] for r in with_data})
+        _integer_axis(ax)
+        ax.set_ylabel("answers")
+        ax.set_title("Place of the first wrong digit (most significant first; none = all right)")
+        save_figure(fig, out / "first_wrong_place.png")
+        files["first_wrong_place"] = "first_wrong_place.png"
+
+        fig, ax = new_figure()
+        labels = [f"±{k}" if k else "exact" for k in ABS_WITHIN]
+        _grouped_bars(ax, labels, {r: [numeric[r]["within_abs_rate"][str(k)] for k in ABS_WITHIN] for r in with_data},
+                      {r: [numeric[r]["chance"].get("within_abs", {}).get(str(k)) for k in ABS_WITHIN]
+                       for r in with_data}, rotate=False)
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("|prediction - target| at most")
+        ax.set_ylabel("fraction of numeric answers")
+        ax.set_title("Absolute error (answers holding no number count as misses)")
+        save_figure(fig, out / "abs_within.png")
+        files["abs_within"] = "abs_within.png"
+
+        rel_runs = [r for r in with_data if numeric[r]["relative_error"]["values"]]
+        if rel_runs:
+            fig, ax = new_figure()
+            for r in rel_runs:
+                rel = numeric[r]["relative_error"]
+                values, den = rel["values"], rel["nonzero_target_records"]
+                ax.step([0.0] + values, [0.0] + [(i + 1) / den for i in range(len(values))], where="post", label=r)
+            ax.set_xscale("symlog", linthresh=1e-3)
+            ax.set_ylim(0, 1.02)
+            ax.set_xlabel("relative error |p - t| / |t|")
+            ax.set_ylabel("fraction of answers (non-zero target)")
+            ax.set_title("Relative error CDF")
+            ax.legend()
+            save_figure(fig, out / "relative_error_cdf.png")
+            files["relative_error_cdf"] = "relative_error_cdf.png"
+
+    clock = {r: a["clock"] for r, a in analyses.items()}
+    if any(c["records"] for c in clock.values()):
+        files.update(_digit_plots({r: c for r, c in clock.items() if c["records"]}, out, "clock_", "Clock"))
+        timed = [r for r in runs if clock[r]["gaps"]]
+        if timed:
+            fig, ax = new_figure()
+            edges = list(range(0, int(WORST_GAP) + GAP_BIN, GAP_BIN))
+            for r in timed:
+                ax.hist(clock[r]["gaps"], bins=edges, histtype="step", linewidth=1.5, label=r,
+                        weights=[1 / clock[r]["records"]] * len(clock[r]["gaps"]), color=f"C{runs.index(r)}")
+            drawn = []
+            for r in timed:
+                fractions = clock[r]["chance"].get("gap_bin_fractions")
+                if fractions and fractions not in drawn:
+                    ax.stairs(fractions, edges, color="black", linestyle="--", label=None if drawn else "chance")
+                    drawn.append(fractions)
+            ax.set_xlabel("time gap on the 12-hour dial (minutes)")
+            ax.set_ylabel("fraction of clock answers")
+            ax.set_title(f"Clock time gap ({GAP_BIN}-minute bins; answers holding no time not shown)")
+            ax.legend(fontsize=8)
+            save_figure(fig, out / "clock_gap_hist.png")
+            files["clock_gap_hist"] = "clock_gap_hist.png"
+
+        cats = ("both_correct", "hour_only", "minute_only", "neither", "no_time", "swapped_hands")
+        have = [r for r in runs if clock[r]["records"]]
+        fig, ax = new_figure()
+        _grouped_bars(ax, [c.replace("_", " ") for c in cats], {r: [clock[r]["rates"][c] for c in cats] for r in have},
+                      {r: [clock[r]["chance"].get("rates", {}).get(c, 0.0 if c == "no_time" else None) for c in cats]
+                       for r in have})
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("fraction of clock answers")
+        ax.set_title("Hour vs minute correctness")
+        save_figure(fig, out / "clock_breakdown.png")
+        files["clock_breakdown"] = "clock_breakdown.png"
+    return files
+
+
+def training_curve(history: Sequence[Mapping], chance: Mapping[str, float | None], title: str, path: Path) -> bool:
+    """Plot a trainer log history, one panel per kind of series; False (nothing written) without data."""
+    panels = curve_series(history)
+    if not panels:
+        return False
+    fig, axes = new_figure(5.0 * len(panels), 3.8, ncols=len(panels))
+    axes = axes if isinstance(axes, list) else [axes]
+    for ax, (panel, series) in zip(axes, panels.items()):
+        for key, points in series.items():
+            xs, ys = zip(*points)
+            flat = all(y == 0 for y in ys)
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3,
+                    label=key + (" (0 throughout)" if flat else ""))
+            level = chance.get(key.removeprefix("eval_"))
+            if level is not None:
+                ax.axhline(level, color="black", linestyle="--", linewidth=1, label=f"chance: {key}")
+        ax.set_xlabel("step")
+        ax.set_title(panel)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    save_figure(fig, path)
+    return True

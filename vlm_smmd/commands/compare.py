@@ -1,0 +1,225 @@
+"""`vlm-smmd compare CONFIG.yaml --aux ... --seeds ... --out DIR [--key value ...]`: the loss comparison on
+one config, in one resumable command (`experiments`).
+
+Variants: each aux x each seed, plus SMMD with each control kernel (kernel_mode random | shuffled) x each
+seed. Every variant gets the same config and `--key value` overrides, hence the same model, data and
+steps; only aux, kernel_mode and seed (model initialisation and data order) differ. A control kernel is
+drawn with kernel_seed = (the config's kernel_seed) + seed, so its spread over seeds covers several random
+kernels rather than one lucky or unlucky draw. Synthetic data (`synthesize:`) is rendered once, before the
+first variant, so all variants read the same files.
+
+Each variant runs in a fresh process (`vlm-smmd compare-worker`): training, then evaluation on the saved
+model (the config's eval_split, else "test"). With `--launcher "torchrun --nproc_per_node 8"` training runs
+under that launcher (`LAUNCHER -m vlm_smmd.cli train ...`) and the worker only evaluates. The analysis runs
+in the parent.
+
+DIR layout:
+    compare.json            the shared settings; a rerun with other settings is refused
+    status.json             per variant: pending | running | done | failed | interrupted, seconds, log
+    runs/NAME/              one variant, NAME = GROUP-seedS (GROUP: the aux name, or smmd-random ...)
+        variant.json        what the worker runs
+        log.txt             the worker's stdout and stderr
+        model/              training output (weights deleted once evaluated, unless --keep-models)
+        train.json          training metrics: the training stage is done (a retry only evaluates)
+        predictions.jsonl, metrics.json     evaluation
+        analysis/           per-digit report of this run
+        error.txt           a failure: exit status and the tail of the log
+        done.json           the done-marker, written last: a rerun skips this variant
+    results.md, results.csv per group: mean, sample std, min, max over finished seeds, n seeds, the
+                            chance level, and the paired difference to CE only (aux none, same seed)
+    runs.csv                per run, failed runs included
+    plots/                  main_metric.png, digit_accuracy.png, paired_differences.png
+    analysis/               `analysis.write_report` over the groups (each column pools its seeds)
+
+Resumable: a variant with done.json is not rerun; a failed one is reported (in the tables, with its
+error tail) and retried by the next run; the exit status is 1 while any variant has failed. The tables
+recompute each finished run's figures from its predictions.jsonl (`analysis.headline`), so they cover
+figures added after a run finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from data_synth.args import Parser
+
+from ..config import AUX_NAMES, ConfigError, check_config, parse_overrides
+from ..experiments.variants import KERNEL_CONTROLS, RESERVED
+from . import Output, UsageError
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="vlm-smmd compare", allow_abbrev=False,
+        description="Train, evaluate and analyse every aux loss (and SMMD with control kernels) over several "
+                    "seeds on one config; writes results.md / results.csv, plots and a comparison report. "
+                    "Any further --key value is a config override applied to every variant.")
+    parser.add_argument("config", type=Path, help="YAML run config (see vlm-smmd train --help)")
+    parser.add_argument("--aux", default="none,smmd,mmd,smooth,ntl_was,ntl_mse,dist2",
+                        help=f"comma-separated aux losses, from {', '.join(AUX_NAMES)} (default %(default)s)")
+    parser.add_argument("--kernel-controls", default="random,shuffled",
+                        help="SMMD with these control kernels, from random, shuffled; '' for none "
+                             "(default %(default)s)")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default %(default)s)")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="output folder: a new or empty one, or one of an earlier compare with the same "
+                             "settings, which is resumed (a folder holding anything else is refused)")
+    parser.add_argument("--eval-limit", type=int, help="evaluate the first N samples of the eval split (default all)")
+    parser.add_argument("--eval-batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--launcher", help="train under this command prefix instead of python, e.g. "
+                                           "'torchrun --nproc_per_node 8' (it gets -m vlm_smmd.cli train ...)")
+    parser.add_argument("--keep-models", action="store_true",
+                        help="keep each variant's trained weights (default: deleted once evaluated)")
+    parser.add_argument("--contrast", action="append", default=[], metavar="A:B",
+                        help="also test group A against group B directly (e.g. smmd:smmd-shuffled); repeatable")
+    parser.add_argument("--dev-seeds", help="seeds used while building the setting (default: the config's "
+                        "dev_seeds): shown, left out of every aggregate and test")
+    parser.add_argument("--allow-overlap", action="store_true",
+                        help="write the results even when an evaluated split shares images (or, for an unseen-values "
+                             "split, answers) with training; the page then says so")
+    return parser
+
+
+def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in items if s not in allowed]
+    if bad:
+        raise ConfigError(f"{what}: unknown {', '.join(map(repr, bad))}; choose from {', '.join(allowed)}")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"{what}: {text!r} names one twice")
+    return items
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds: expected distinct integers, got {text!r}")
+    return seeds
+
+
+def eval_data(data_args) -> list[list[str]]:
+    """[[source, root], ...] that evaluation reads: the dataset, or each source of a mixture once."""
+    if data_args.dataset != "mixture":
+        return [[data_args.dataset, str(Path(data_args.data_root).resolve())]]
+    data = [[e["name"], str(Path(e["root"]).resolve())] for e in json.loads(data_args.mixture)]
+    names = [d[0] for d in data]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"mixture: compare evaluates each source once, but the mixture lists {names}")
+    return data
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+    if argv and argv[0].startswith("--") and argv[0] not in ("-h", "--help"):
+        parser.error("CONFIG.yaml comes first: vlm-smmd compare CONFIG.yaml [options] [--key value ...]")
+    args, rest = parser.parse_known_args(argv)
+    for name in ("eval_limit", "eval_batch_size", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    try:
+        args.auxes = _names(args.aux, AUX_NAMES, "--aux")
+        args.controls = _names(args.kernel_controls, KERNEL_CONTROLS, "--kernel-controls")
+        args.seed_list = _seeds(args.seeds)
+        args.overrides = parse_overrides(rest)
+        for key, flag in RESERVED.items():
+            if key in args.overrides:
+                raise ConfigError(f"--{key} is set per variant by compare; use {flag}")
+        if not args.config.is_file():
+            raise ConfigError(f"{args.config}: no such config file")
+        args.model_args, args.data_args, args.loss_args, _ = check_config(args.config, args.overrides)
+        args.data = eval_data(args.data_args)
+    except ConfigError as e:
+        raise UsageError(e) from None
+    if not args.auxes and not args.controls:
+        parser.error("nothing to compare: --aux and --kernel-controls are both empty")
+    groups = [*args.auxes, *(f"smmd-{c}" for c in args.controls)]
+    args.contrasts = []
+    for text in args.contrast:
+        pair = tuple(p.strip() for p in text.split(":"))
+        if len(pair) != 2 or not all(pair) or pair[0] == pair[1] or any(p not in groups for p in pair):
+            parser.error(f"--contrast {text!r}: expected A:B, two different groups of this comparison "
+                         f"({', '.join(groups)})")
+        args.contrasts.append(pair)
+    try:
+        args.dev_seed_list = _seeds(args.dev_seeds) if args.dev_seeds else list(args.data_args.dev_seeds)
+    except ConfigError as e:
+        raise UsageError(str(e).replace("--seeds", "--dev-seeds")) from None
+    return args
+
+
+def output(args) -> Output:
+    # compare resumes its own folder; `run` refuses any other non-empty one before writing
+    return Output(args.out)
+
+
+def run(args) -> int:
+    from ..config import evaluated_splits, load_config, uses_deepspeed
+    from ..experiments.orchestrate import held_out_check, run_compare
+    from ..experiments.store import file_sha256, read_json, write_json
+    from ..experiments.variants import plan_variants
+    from ..training import synthesize_if_missing
+
+    out = args.out.resolve()
+    config = args.config.resolve()
+    try:  # the shared settings, every TrainingArguments value checked once here (DeepSpeed left to the workers)
+        load_config(args.config, {**args.overrides, "deepspeed": None, "output_dir": str(out / "runs")})
+    except ConfigError as e:
+        raise UsageError(e) from None
+    data_args, model_args = args.data_args, args.model_args
+    splits = evaluated_splits(data_args)
+    settings = {
+        "config": str(config), "config_sha256": file_sha256(config), "overrides": args.overrides,
+        "eval": {"data": args.data, "splits": splits, "limit": args.eval_limit,
+                 "batch_size": args.eval_batch_size, "max_new_tokens": args.max_new_tokens,
+                 "system_prompt": data_args.system_prompt, "instruction": data_args.instruction,
+                 "min_pixels": model_args.min_pixels, "max_pixels": model_args.max_pixels,
+                 "on_error": data_args.on_error, "max_image_pixels": data_args.max_image_pixels},
+    }
+    settings_file = out / "compare.json"
+    # --out is new, empty, or an earlier compare with the same settings (resumed); results.md, plots/ and
+    # analysis/ would overwrite whatever else a folder holds
+    if settings_file.is_file():
+        try:
+            old = read_json(settings_file)
+        except ValueError as e:
+            raise UsageError(f"{settings_file}: unreadable ({e}); use another --out") from None
+        diff = [k for k in settings if json.dumps(old.get(k), sort_keys=True) != json.dumps(
+            json.loads(json.dumps(settings[k], default=str)), sort_keys=True)]
+        if diff:
+            raise UsageError(f"{out} holds runs made with other settings ({', '.join(diff)} differ; see "
+                             f"{settings_file}); use another --out, or delete that folder")
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--out {out} already holds files of something other than a compare (no compare.json) "
+                         "that the results would overwrite; use a new or empty --out")
+    synthesize_if_missing(data_args)  # once, before any variant: all of them read the same files
+    leakage = held_out_check(data_args, splits, limit=args.eval_limit)
+    for split, report in leakage.items():
+        print(f"{split}: " + "; ".join(report["lines"]), flush=True)
+    leaking = [split for split, report in leakage.items() if report["leaks"]]
+    if leaking and not args.allow_overlap:
+        raise ValueError(f"split(s) {', '.join(leaking)} presented as held out share records with the training "
+                         f"split {data_args.train_split!r} (see the lines above); fix the data, or pass "
+                         "--allow-overlap to compare anyway (the results page then says so)")
+    out.mkdir(parents=True, exist_ok=True)
+    if not settings_file.is_file():
+        write_json(settings_file, settings)
+    # what the page says beyond the runs' settings (these may change between reruns of one comparison)
+    settings = {**settings, "primary": {"metric": data_args.primary_metric, "split": data_args.primary_split},
+                "dev_seeds": args.dev_seed_list, "contrasts": args.contrasts, "leakage": leakage,
+                "allow_overlap": args.allow_overlap}
+    variants = plan_variants(args.auxes, args.controls, args.seed_list)
+    spec_base = {"config": str(config), "deepspeed": uses_deepspeed(config, args.overrides), "eval": settings["eval"]}
+    print(f"compare: {len(variants)} variants ({len(args.auxes) + len(args.controls)} losses x "
+          f"{len(args.seed_list)} seeds) into {out}", flush=True)
+    return run_compare(out, variants, settings, spec_base, overrides=args.overrides,
+                       base_kernel_seed=args.loss_args.kernel_seed,
+                       launcher=shlex.split(args.launcher) if args.launcher else None, keep_models=args.keep_models)

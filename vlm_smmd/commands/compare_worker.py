@@ -1,0 +1,24 @@
+"""`vlm-smmd compare-worker VARIANT.json`: one variant of a comparison, in its own process (started by
+`vlm-smmd compare`; `experiments.orchestrate.variant_worker`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import UsageError
+
+
+def parse(argv: list[str]) -> Path:
+    if len(argv) != 1 or argv[0].startswith("-"):
+        raise UsageError("usage: vlm-smmd compare-worker VARIANT.json (written by vlm-smmd compare)")
+    return Path(argv[0])
+
+
+def output(spec: Path) -> None:
+    return None  # the compare that wrote the spec owns the folder
+
+
+def run(spec: Path) -> int:
+    from ..experiments.orchestrate import variant_worker
+
+    return variant_worker(spec)

@@ -1,0 +1,117 @@
+"""`vlm-smmd eval --model DIR --data NAME:PATH [--data ...] --out DIR`: greedy answers, scored
+(`evaluation.evaluate_model`); writes predictions.jsonl and metrics.json."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from data_synth.args import Parser
+
+from ..data.tasks import TASKS
+from . import Output, existing
+
+OUTPUTS = ("predictions.jsonl", "metrics.json")
+
+
+def _spec(text: str):
+    from ..evaluation import parse_data_spec
+
+    try:
+        return parse_data_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _train_spec(text: str) -> tuple[str, str, str]:
+    """"NAME:PATH" or "NAME:PATH:SPLIT" (split default "train") -> (name, path, split)."""
+    name, _, path = text.partition(":")
+    split = "train"
+    head, sep, tail = path.rpartition(":")
+    if sep and head and "/" not in tail and not Path(path).exists():
+        path, split = head, tail
+    if name not in TASKS or not path:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME:PATH[:SPLIT] with NAME one of {', '.join(TASKS)}")
+    return name, path, split
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="vlm-smmd eval",
+        description="Generate answers greedily for datasets and score them; writes predictions.jsonl and "
+                    "metrics.json.")
+    parser.add_argument("--model", required=True, help="saved model directory, hub id, or a preset such as 'tiny'")
+    parser.add_argument("--data", required=True, action="append", type=_spec, metavar="NAME:PATH",
+                        help=f"dataset to evaluate, NAME one of {', '.join(TASKS)}; repeat for several")
+    parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the predictions.jsonl and metrics.json that --out already holds")
+    parser.add_argument("--split", default="test", help="split to read (default %(default)s)")
+    parser.add_argument("--limit", type=int, help="evaluate the first N samples of each dataset")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--instruction", help="text appended to each question (default: the training run's, "
+                        "from run_config.json beside the model)")
+    parser.add_argument("--system-prompt", help="system turn (default: the training run's, from run_config.json)")
+    parser.add_argument("--min-pixels", type=int)
+    parser.add_argument("--max-pixels", type=int)
+    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                        help="unusable records: stop with an error, or skip and count them")
+    parser.add_argument("--train-data", action="append", type=_train_spec, metavar="NAME:PATH[:SPLIT]",
+                        help="the training set to check the evaluated records against (held out?); default: the "
+                             "one in the run's run_config.json; repeat for several")
+    parser.add_argument("--max-image-pixels", type=int, help="largest image (width x height) accepted; larger ones "
+                        "are bad records (default Pillow's 89,478,485; 0: no limit)")
+    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--dtype", choices=("auto", "fp32", "bf16", "fp16"),
+                        help="model dtype (default: fp32 on the CPU, the checkpoint's on a GPU)")
+    return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        parser.error(f"--limit must be >= 1, got {args.limit}")
+    if args.batch_size < 1 or args.max_new_tokens < 1:
+        parser.error("--batch-size and --max-new-tokens must be >= 1")
+    if args.max_image_pixels is not None and args.max_image_pixels < 0:
+        parser.error("--max-image-pixels must be >= 0 (0: no limit)")
+    return args
+
+
+def output(args) -> Output:
+    return Output(args.out, existing(args.out, OUTPUTS), args.overwrite,
+                  advice="pass --overwrite to replace them, or choose another --out")
+
+
+def run(args) -> int:
+    from ..evaluation import evaluate_model, format_metrics_table, training_data, training_prompts
+    from ..modeling import resolve_family
+
+    resolve_family(args.model)  # a bad name or path fails before the data is read
+    system_prompt, instruction, note = training_prompts(args.model, args.system_prompt, args.instruction)
+    if note:
+        print(note)
+    metrics = evaluate_model(
+        args.model, args.data, args.out, split=args.split, limit=args.limit, batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens, system_prompt=system_prompt, instruction=instruction,
+        min_pixels=args.min_pixels, max_pixels=args.max_pixels, on_error=args.on_error, device=args.device,
+        dtype=args.dtype, train_data=args.train_data or training_data(args.model),
+        max_image_pixels=args.max_image_pixels)
+    print(format_metrics_table(metrics))
+    for name, report in metrics["leakage"].items():
+        print(f"{name} ({args.split}): " + ("; ".join(report["lines"]) if report else
+                                            "not checked against training (no run_config.json naming its training "
+                                            "data; pass --train-data NAME:PATH[:SPLIT])"))
+        if report and report["leaks"]:
+            print(f"WARNING: {name} {args.split} is not held out: it shares records with the training data "
+                  f"{report['train']}")
+    for name, counts in metrics["skipped"].items():
+        if counts["read"] or counts["generate"]:
+            print(f"{name}: skipped {counts['read']} records at read time and {counts['generate']} at "
+                  f"generation ({counts['reasons']})")
+    print(f"predictions: {args.out / 'predictions.jsonl'} ({metrics['count']} records)")
+    print(f"metrics: {args.out / 'metrics.json'}")
+    print(f"next: vlm-smmd analyze {args.out / 'predictions.jsonl'} --out {args.out / 'analysis'}")
+    return 0

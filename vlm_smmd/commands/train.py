@@ -1,0 +1,91 @@
+"""`vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite]`: one training run (`training.run`).
+
+Keys and our own values are checked before transformers is imported (`config.check_config`), so a typo
+is answered at once; the training stack loads in `run`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import (
+    DEFAULT_OUTPUT_DIR,
+    ConfigError,
+    check_config,
+    train_command_line,
+    train_help,
+    uses_deepspeed,
+)
+from . import TRAINED_MODEL, Output, UsageError, existing
+
+
+@dataclass
+class Args:
+    config: str | None
+    overrides: dict
+    overwrite: bool
+    model: str
+    output_dir: Path
+    resume: bool
+
+
+def parse(argv: list[str]) -> Args:
+    if not argv or "-h" in argv or "--help" in argv:
+        print(train_help())
+        raise SystemExit(0)
+    try:
+        path, overrides, overwrite = train_command_line(argv)
+        model_args, _, _, train_values = check_config(path, overrides)
+    except ConfigError as e:
+        raise UsageError(e) from None
+    resume = train_values.get("resume_from_checkpoint")
+    return Args(path, overrides, overwrite, model_args.model_name_or_path,
+                Path(str(train_values.get("output_dir") or DEFAULT_OUTPUT_DIR)),
+                bool(resume) and str(resume).strip().lower() not in ("false", "none", "null", ""))
+
+
+def output(args: Args) -> Output:
+    earlier = [] if args.resume else existing(args.output_dir, TRAINED_MODEL)
+    return Output(args.output_dir, earlier, args.overwrite, flag="output_dir", what="a trained model",
+                  advice="pass --overwrite to replace it, set resume_from_checkpoint to continue it, or choose "
+                         "another output_dir")
+
+
+def remove_earlier(args: Args) -> None:
+    """--overwrite: remove the earlier run's model and checkpoints, once the new run has its data and model
+    (`training.run` calls this just before the first step), so a run that cannot start leaves them."""
+    out, earlier = args.output_dir, output(args).existing
+    for path in (out / name for name in earlier):
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if earlier:
+        print(f"--overwrite: removed the earlier run's {', '.join(earlier)} from {out}")
+
+
+def run(args: Args) -> int:
+    from ..families import looks_like_path
+
+    if looks_like_path(args.model) and not Path(args.model).exists():  # before seconds of imports
+        raise FileNotFoundError(f"{args.model}: no such model directory")
+    if uses_deepspeed(args.config, args.overrides):
+        from ..training import ensure_single_process_env
+
+        ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
+    from ..config import load_config
+    from ..modeling import SCRATCH, resolve_family
+    from ..training import run as train
+
+    try:
+        configs = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        raise UsageError(e) from None
+    if args.model != SCRATCH:  # a bad name or path fails before the data is read
+        resolve_family(args.model)
+    metrics = train(*configs, on_ready=lambda: remove_earlier(args))
+    print(json.dumps({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, indent=1))
+    return 0

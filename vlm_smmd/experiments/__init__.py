@@ -1,0 +1,1 @@
+"""Experiments: compare's planning, paired statistics across seeds, orchestration and report."""

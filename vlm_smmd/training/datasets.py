@@ -1,0 +1,154 @@
+"""The run's datasets: synthetic sets rendered into data_root when missing, the configured reader (or
+mixture) per split, and every record checked by the preflight before the model loads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torch.utils.data import Subset
+
+from ..config import ConfigError
+from ..data.tasks import SYNTHESIZERS, names_with
+
+# Bump when the renderers draw other images for the same settings: data rendered before is then refused
+# (named as rendered with other settings) rather than silently reused.
+RENDER_VERSION = 2  # 2: per-image render variation (bars, plain clocks) and unseen-value splits
+
+
+def synthesize_if_missing(data_args) -> None:
+    """Render the synthetic set named by `data_args.synthesize` into data_root, or reuse what is there
+    when it was rendered with the same settings (a mismatch is an error, never silently ignored).
+
+    Clocks, arithmetic and word problems write every split at once (their `splits` option); charts are written one
+    split at a time: the training split, the eval split and every test split (`test_splits`); with the option
+    unseen_fraction, a split whose name holds "unseen" gets only the held-out values, the others none."""
+    kind = data_args.synthesize
+    if kind == "none" or data_args.data_root is None:
+        return
+    root = Path(data_args.data_root)
+    options = json.loads(data_args.synthesize_options or "{}")
+    if SYNTHESIZERS[kind] not in names_with("relaxed"):  # not a chart layout: every split at once
+        wanted = {"kind": kind, "num": data_args.synthesize_num, "seed": data_args.synthesize_seed, "options": options,
+                  "version": RENDER_VERSION}
+        if kind == "clocks":
+            wanted["size"] = data_args.synthesize_size
+        record = root / "synthesize.json"
+        if root.exists():
+            _check_rendered(root, record, wanted)
+            return
+        print(f"rendering {wanted['num']} synthetic {kind} into {root}")
+        interrupted = (root.parent / f".{root.name}.partial").exists()  # an earlier rendering was cut short
+        if kind == "clocks":
+            from data_synth.writer import write_clock_dataset
+
+            write_clock_dataset(root, wanted["num"], wanted["seed"], size=wanted["size"], resume=interrupted, **options)
+        elif kind == "arithmetic":
+            from data_synth.arithmetic import write_arithmetic_dataset
+
+            write_arithmetic_dataset(root, wanted["num"], wanted["seed"], resume=interrupted, **options)
+        else:
+            from data_synth.word_problems import write_word_problem_dataset
+
+            write_word_problem_dataset(root, wanted["num"], wanted["seed"], resume=interrupted, **options)
+        record.write_text(json.dumps(wanted))
+        return
+
+    from data_synth.charts import write_chart_dataset
+
+    from ..config import evaluated_splits
+
+    layout = SYNTHESIZERS[kind]
+    if kind == "bars":  # one question per chart: the bar's value
+        side = data_args.synthesize_size
+        options = {"kinds": ["bars_axis"], "size": [side, side], "questions_per_chart": 1, **options}
+    splits = [data_args.train_split, data_args.eval_split, *evaluated_splits(data_args)]
+    for number, split in enumerate(dict.fromkeys(s for s in splits if s)):
+        is_train = split == data_args.train_split
+        wanted = {"kind": kind, "charts": data_args.synthesize_num if is_train else max(data_args.synthesize_num // 10, 8),
+                  "seed": data_args.synthesize_seed + number, "options": options, "version": RENDER_VERSION}
+        record = root / "charts_data" / f"{split}.json"
+        if record.exists():
+            _check_rendered(root, record, wanted)
+            continue
+        print(f"rendering {wanted['charts']} synthetic {kind} charts ({split}) into {root}")
+        extra = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+        if extra.get("unseen_fraction"):
+            extra["unseen_split"] = "unseen" in split
+        info = write_chart_dataset(root, layout=layout, num=wanted["charts"], seed=wanted["seed"], split=split,
+                                   resume=(root / f".{split}.partial").exists(), **extra)
+        record.write_text(json.dumps({**wanted, "layout": layout, "questions": info["questions"]}))
+
+
+def _check_rendered(root: Path, record: Path, wanted: dict) -> None:
+    try:
+        found = json.loads(record.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise ConfigError(f"{root} exists but was not rendered by `synthesize` ({record} is missing or unreadable); "
+                          "to train on it as it is, set synthesize: none; else remove it or choose another "
+                          "data_root") from None
+    found.setdefault("kind", wanted["kind"])  # records of the first release name no kind and no options
+    found.setdefault("options", {})
+    changed = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
+    if changed:
+        detail = ", ".join(f"{k} {old} there, {new} asked" for k, (old, new) in changed.items())
+        raise ConfigError(f"{root} was rendered with other settings ({detail}); to train on it as it is, set "
+                          "synthesize: none; else remove it or choose another data_root")
+    print(f"reusing the synthetic data in {root}")
+
+
+def read_split(data_args, split: str):
+    """The dataset named by `data_args` for one split (a sequence of Samples)."""
+    if data_args.dataset == "mixture":
+        from ..data.mixture import MixtureDataset
+
+        # entries may name their training split; evaluation reads eval_split of every source
+        spec = [entry if "split" in entry and split != data_args.eval_split else {**entry, "split": split}
+                for entry in json.loads(data_args.mixture)]
+        return MixtureDataset.from_spec(spec, seed=data_args.synthesize_seed, on_error=data_args.on_error)
+    from ..data.tasks import read
+
+    return read(data_args.dataset, data_args.data_root, split, on_error=data_args.on_error,
+                **json.loads(data_args.reader_options or "{}"))
+
+
+def _limit(dataset, limit: int | None):
+    return Subset(dataset, range(min(limit, len(dataset)))) if limit else dataset
+
+
+def build_datasets(data_args):
+    from ..data.sample import set_max_image_pixels
+
+    set_max_image_pixels(data_args.max_image_pixels)  # before any image is opened, here and in forked workers
+    synthesize_if_missing(data_args)
+    train = _limit(read_split(data_args, data_args.train_split), data_args.max_train_samples)
+    evaluation = None
+    if data_args.eval_split:
+        evaluation = _limit(read_split(data_args, data_args.eval_split), data_args.max_eval_samples)
+    return train, evaluation
+
+
+def checked_datasets(train_dataset, eval_dataset, collator, data_args, train_args):
+    """Both sets through the preflight check (`data.preflight`): the main process checks (or reads the
+    cache) first, the other ranks then read its cached result. Returns the checked sets and the records
+    dropped under on_error="skip"."""
+    from ..data.preflight import CheckedDataset, preflight
+
+    out, skipped = [], 0
+    for name, dataset in (("train", train_dataset), ("eval", eval_dataset)):
+        if dataset is None:
+            out.append(None)
+            continue
+        with train_args.main_process_first(desc=f"preflight {name}"):
+            result = preflight(dataset, collator, name=name, max_length=data_args.max_length,
+                               on_error=data_args.on_error, workers=data_args.preflight_workers,
+                               progress=train_args.process_index == 0 and not train_args.disable_tqdm)
+        if train_args.process_index == 0:
+            print(result.summary())
+        if name == "train" and not result.kept:
+            from ..data.sample import DataError
+
+            raise DataError(f"preflight train: none of the {result.checked} records is usable ({result.summary()})")
+        skipped += result.total_skipped
+        out.append(CheckedDataset(dataset, result.kept, result.lengths))
+    return out[0], out[1], skipped
