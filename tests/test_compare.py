@@ -280,7 +280,8 @@ def test_rerun_with_other_settings_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
+def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the thread plan's override, passed on to every variant process
     out, data = tmp_path / "out", tmp_path / "clocks"
     argv = [str(CONFIG), "--aux", "none,smmd", "--kernel-controls", "", "--seeds", "0", "--out", str(out),
             "--eval-limit", "2", "--eval-batch-size", "2", "--max-new-tokens", "4",
@@ -292,6 +293,8 @@ def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "[1/1] none-seed0: done in" in printed
     assert "test: test images also in training: 0 of 2" in printed  # the held-out check, before any run
+    assert "threads: 1 job x 1 torch thread (set by OMP_NUM_THREADS" in printed
+    assert json.loads((out / "runs" / "none-seed0" / "train.json").read_text())["torch_threads"] == 1
     # make smmd-seed0 fail: a file where its training output folder must go
     blocker = out / "runs" / "smmd-seed0" / "model"
     blocker.parent.mkdir(parents=True)
@@ -340,3 +343,43 @@ def test_compare_end_to_end_failure_resume_and_retry(tmp_path, capsys):
     assert "| none | 1/1 |" in md and "| smmd | 1/1 |" in md and "Failed runs" not in md
     assert (out / "plots" / "test_main_metric.png").read_bytes().startswith(PNG)
     assert (out / "analysis" / "test" / "report.md").is_file()
+
+
+def test_jobs_run_variants_side_by_side_with_the_thread_plan(tmp_path, monkeypatch, capsys):
+    import threading
+    import time
+
+    from vlm_smmd.experiments import orchestrate
+
+    running, most, envs, lock = [0], [0], [], threading.Lock()
+
+    def fake_variant(variant, run_dir, spec, launcher, keep_models, env=None):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            envs.append(env)
+        time.sleep(0.2)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with lock:
+            running[0] -= 1
+        if variant.seed == 2:
+            raise orchestrate.VariantFailed(run_dir, "training exited with status 1")
+        return {"variant": variant.name, "figures": {"test": {"exact_match": 0.5}}}
+
+    monkeypatch.setattr(orchestrate, "run_variant", fake_variant)
+    monkeypatch.setattr(orchestrate, "write_results", lambda *a: {
+        "results_md": "r.md", "results_csv": "r.csv", "runs_csv": "runs.csv", "reports": {}})
+    variants = plan_variants(["none", "smmd"], [], [0, 1, 2])
+    for jobs, expected in ((1, 1), (3, 3)):
+        out = tmp_path / f"jobs{jobs}"
+        (out / "runs").mkdir(parents=True)
+        most[0] = 0
+        rc = orchestrate.run_compare(out, variants, {}, {}, overrides={}, base_kernel_seed=0, jobs=jobs,
+                                     env={"OMP_NUM_THREADS": "1"})
+        assert rc == 1  # the seed-2 variants failed, the others ran
+        assert most[0] == expected
+        status = json.loads((out / "status.json").read_text())["variants"]
+        assert sorted(v["status"] for v in status.values()) == ["done"] * 4 + ["failed"] * 2
+        assert len(list(out.glob("runs/*/done.json"))) == 4
+    assert envs and all(e == {"OMP_NUM_THREADS": "1"} for e in envs)
+    assert "FAILED" in capsys.readouterr().out

@@ -82,7 +82,7 @@ def readme_commands():
     for block in blocks:
         for line in block.splitlines():
             for tool in ("vlm-smmd", "data-synth"):
-                for match in re.finditer(rf"(?:^|[\s;&|]){tool} ([a-z]+)", line):
+                for match in re.finditer(rf"(?:^|[\s;&|]){tool} ([a-z][a-z-]*)", line):
                     commands.add((tool, match.group(1)))
     return sorted(commands)
 

@@ -73,6 +73,9 @@ def build_parser() -> Parser:
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--launcher", help="train under this command prefix instead of python, e.g. "
                                            "'torchrun --nproc_per_node 8' (it gets -m vlm_smmd.cli train ...)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="variants trained side by side, each in its own process with its share of the free "
+                             "cores as torch threads (see the 'threads:' line it prints; default %(default)s)")
     parser.add_argument("--keep-models", action="store_true",
                         help="keep each variant's trained weights (default: deleted once evaluated)")
     parser.add_argument("--contrast", action="append", default=[], metavar="A:B",
@@ -121,7 +124,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if argv and argv[0].startswith("--") and argv[0] not in ("-h", "--help"):
         parser.error("CONFIG.yaml comes first: vlm-smmd compare CONFIG.yaml [options] [--key value ...]")
     args, rest = parser.parse_known_args(argv)
-    for name in ("eval_limit", "eval_batch_size", "max_new_tokens"):
+    for name in ("eval_limit", "eval_batch_size", "max_new_tokens", "jobs"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
@@ -165,6 +168,7 @@ def run(args) -> int:
     from ..config import evaluated_splits, load_config, uses_deepspeed
     from ..experiments.orchestrate import held_out_check, run_compare
     from ..experiments.store import file_sha256, read_json, write_json
+    from ..experiments.threads import plan_threads
     from ..experiments.variants import plan_variants
     from ..training import synthesize_if_missing
 
@@ -218,8 +222,17 @@ def run(args) -> int:
                 "allow_overlap": args.allow_overlap}
     variants = plan_variants(args.auxes, args.controls, args.seed_list)
     spec_base = {"config": str(config), "deepspeed": uses_deepspeed(config, args.overrides), "eval": settings["eval"]}
+    if args.jobs > 1 and (args.launcher or spec_base["deepspeed"]):
+        raise UsageError("--jobs > 1 runs single-process variants side by side; a --launcher or DeepSpeed run "
+                         "takes the machine to itself (use --jobs 1)")
+    try:
+        threads = plan_threads(args.jobs)
+    except ValueError as e:
+        raise UsageError(e) from None
     print(f"compare: {len(variants)} variants ({len(args.auxes) + len(args.controls)} losses x "
           f"{len(args.seed_list)} seeds) into {out}", flush=True)
+    print(threads.describe(), flush=True)
     return run_compare(out, variants, settings, spec_base, overrides=args.overrides,
                        base_kernel_seed=args.loss_args.kernel_seed,
-                       launcher=shlex.split(args.launcher) if args.launcher else None, keep_models=args.keep_models)
+                       launcher=shlex.split(args.launcher) if args.launcher else None, keep_models=args.keep_models,
+                       jobs=args.jobs, env=threads.env())

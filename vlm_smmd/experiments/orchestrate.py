@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .results import fmt, run_metrics, write_results
@@ -38,8 +41,11 @@ def variant_worker(spec_path) -> int:
 
         if spec["deepspeed"]:
             ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
+        import torch
+
         metrics = run(*load_config(spec["config"], spec["overrides"]))
-        write_json(run_dir / "train.json", {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
+        write_json(run_dir / "train.json", {**{k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
+                                            "torch_threads": torch.get_num_threads()})
     if "eval" in spec["stages"]:
         from ..evaluation import evaluate_model
 
@@ -51,17 +57,42 @@ def variant_worker(spec_path) -> int:
     return 0
 
 
-def _run_logged(cmd: list[str], log: Path) -> int:
+_children: set[subprocess.Popen] = set()  # the running variant processes, interrupted together on Ctrl-C
+_children_lock = threading.Lock()
+_analysis_lock = threading.Lock()
+
+
+def _run_logged(cmd: list[str], log: Path, env: dict[str, str]) -> int:
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL).returncode
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
+        with _children_lock:
+            _children.add(proc)
+        try:
+            return proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            with _children_lock:
+                _children.discard(proc)
 
 
-def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str] | None, keep_models: bool) -> dict:
-    """Train, evaluate and analyse one variant in `run_dir`; returns done.json's content.
-    Raises VariantFailed (with error.txt written) when a stage fails."""
+def _interrupt_children() -> None:
+    with _children_lock:
+        for proc in _children:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+
+
+def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str] | None, keep_models: bool,
+                env: dict[str, str] | None = None) -> dict:
+    """Train, evaluate and analyse one variant in `run_dir` (its processes get `env` on top of ours, e.g. the
+    thread plan's); returns done.json's content. Raises VariantFailed (with error.txt written) when a stage
+    fails."""
     from ..analysis import analyze_records, load_predictions, write_report
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -74,21 +105,24 @@ def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str]
         cmd = launcher + ["-m", "vlm_smmd.cli", "train", spec["config"]]
         # text goes as is (the train command keeps command-line text verbatim); other values as JSON
         cmd += [f"--{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in spec["overrides"].items()]
-        rc = _run_logged(cmd, log)
+        rc = _run_logged(cmd, log, env or {})
         if rc != 0:
             raise VariantFailed(run_dir, f"training ({shlex.join(launcher)}) exited with status {rc}")
         write_json(run_dir / "train.json", {"launcher": shlex.join(launcher)})
-    rc = _run_logged([sys.executable, "-m", "vlm_smmd.cli", "compare-worker", str(run_dir / "variant.json")], log)
+    rc = _run_logged([sys.executable, "-m", "vlm_smmd.cli", "compare-worker", str(run_dir / "variant.json")], log,
+                     env or {})
     if rc != 0:
         stage = "evaluation" if (run_dir / "train.json").is_file() else "training"
         raise VariantFailed(run_dir, f"{stage} exited with status {rc}")
     figures = {}
     try:
-        for split in spec["eval"]["splits"]:
-            predictions = run_dir / split / "predictions.jsonl"
-            analysis = analyze_records(load_predictions(predictions))
-            write_report({variant.name: analysis}, run_dir / split / "analysis", inputs={variant.name: str(predictions)})
-            figures[split] = run_metrics(analysis)
+        with _analysis_lock:  # one variant at a time: matplotlib's font and text caches are not thread-safe
+            for split in spec["eval"]["splits"]:
+                predictions = run_dir / split / "predictions.jsonl"
+                analysis = analyze_records(load_predictions(predictions))
+                write_report({variant.name: analysis}, run_dir / split / "analysis",
+                             inputs={variant.name: str(predictions)})
+                figures[split] = run_metrics(analysis)
     except Exception:  # noqa: BLE001 - any analysis error fails this variant only
         with open(log, "a", encoding="utf-8") as f:
             f.write(traceback.format_exc())
@@ -120,47 +154,74 @@ def _duration(seconds: float) -> str:
 
 
 def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_base: dict, *, overrides: dict,
-                base_kernel_seed: int, launcher: list[str] | None = None, keep_models: bool = False) -> int:
-    """Run every variant not done yet into out/runs/NAME (printing progress), then write the tables.
-    Returns 0, 1 when a variant failed (the others still ran), 130 when interrupted (the tables so far
-    are written; a rerun resumes)."""
+                base_kernel_seed: int, launcher: list[str] | None = None, keep_models: bool = False,
+                jobs: int = 1, env: dict[str, str] | None = None) -> int:
+    """Run every variant not done yet into out/runs/NAME, `jobs` at a time (each process gets `env` on top of
+    ours: the thread plan), printing progress; then write the tables. Returns 0, 1 when a variant failed (the
+    others still ran), 130 when interrupted (the tables so far are written; a rerun resumes)."""
     status = Status(out / "status.json", [v.name for v in variants])
     start, durations = time.monotonic(), []
+    lock = threading.Lock()  # status.json, done.json, the progress lines and the analysis
+    interrupted = threading.Event()
+    todo = []
     for i, v in enumerate(variants, 1):
+        if (out / "runs" / v.name / "done.json").is_file():
+            status.set(v.name, status="done")
+            print(f"[{i}/{len(variants)}] {v.name}: done earlier, skipped", flush=True)
+        else:
+            todo.append((i, v))
+
+    def one(i: int, v: Variant) -> None:
         run_dir = out / "runs" / v.name
         head = f"[{i}/{len(variants)}] {v.name}"
-        if (run_dir / "done.json").is_file():
-            status.set(v.name, status="done")
-            print(f"{head}: done earlier, skipped", flush=True)
-            continue
-        print(f"{head}: running (log {run_dir / 'log.txt'})", flush=True)
-        status.set(v.name, status="running", log=str(run_dir / "log.txt"))
+        with lock:
+            print(f"{head}: running (log {run_dir / 'log.txt'})", flush=True)
+            status.set(v.name, status="running", log=str(run_dir / "log.txt"))
         t0 = time.monotonic()
         spec = {**spec_base, "overrides": variant_overrides(overrides, v, run_dir, base_kernel_seed)}
         try:
-            done = run_variant(v, run_dir, spec, launcher, keep_models)
-        except KeyboardInterrupt:
-            status.set(v.name, status="interrupted")
-            write_results(out, variants, status, settings)
-            print(f"\n{head}: interrupted; results so far in {out / 'results.md'}; rerun the same command to "
-                  "resume", file=sys.stderr)
-            return 130
+            done = run_variant(v, run_dir, spec, launcher, keep_models, env)
         except VariantFailed as e:
             seconds = time.monotonic() - t0
-            status.set(v.name, status="failed", seconds=round(seconds, 1), error=e.reason)
-            print(f"{head}: FAILED after {_duration(seconds)}: {e.reason} (see {run_dir / 'error.txt'})\n"
-                  + "\n".join("    " + line for line in tail(run_dir / "log.txt", 8).splitlines()), flush=True)
-            continue
+            with lock:
+                if interrupted.is_set():  # its process was stopped by the interrupt: not a failure
+                    return
+                status.set(v.name, status="failed", seconds=round(seconds, 1), error=e.reason)
+                print(f"{head}: FAILED after {_duration(seconds)}: {e.reason} (see {run_dir / 'error.txt'})\n"
+                      + "\n".join("    " + line for line in tail(run_dir / "log.txt", 8).splitlines()), flush=True)
+            return
         seconds = time.monotonic() - t0
-        durations.append(seconds)
-        done["seconds"] = round(seconds, 1)
-        write_json(run_dir / "done.json", done)
-        status.set(v.name, status="done", seconds=round(seconds, 1), error=None)
-        left = sum(1 for w in variants[i:] if not (out / "runs" / w.name / "done.json").is_file())
-        eta = f", about {_duration(statistics.fmean(durations) * left)} left" if left else ""
-        shown = ", ".join(f"{split} exact match {fmt(figs['exact_match'])}" for split, figs in done["figures"].items())
-        print(f"{head}: done in {_duration(seconds)} (elapsed {_duration(time.monotonic() - start)}{eta}); {shown}",
-              flush=True)
+        with lock:
+            durations.append(seconds)
+            done["seconds"] = round(seconds, 1)
+            write_json(run_dir / "done.json", done)
+            status.set(v.name, status="done", seconds=round(seconds, 1), error=None)
+            left = sum(1 for w in variants if not (out / "runs" / w.name / "done.json").is_file())
+            eta = (f", about {_duration(statistics.fmean(durations) * left / min(jobs, left))} left" if left else "")
+            shown = ", ".join(f"{split} exact match {fmt(figs['exact_match'])}"
+                              for split, figs in done["figures"].items())
+            print(f"{head}: done in {_duration(seconds)} (elapsed {_duration(time.monotonic() - start)}{eta}); "
+                  f"{shown}", flush=True)
+
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = [pool.submit(one, i, v) for i, v in todo]
+    try:
+        for future in futures:
+            future.result()
+    except KeyboardInterrupt:
+        interrupted.set()
+        for future in futures:
+            future.cancel()
+        _interrupt_children()
+        pool.shutdown(wait=True)
+        for v in variants:
+            if status.variants[v.name]["status"] == "running":
+                status.set(v.name, status="interrupted")
+        write_results(out, variants, status, settings)
+        print(f"\ninterrupted; results so far in {out / 'results.md'}; rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+    pool.shutdown()
 
     paths = write_results(out, variants, status, settings)
     failed = [v.name for v in variants if status.variants[v.name]["status"] == "failed"]
