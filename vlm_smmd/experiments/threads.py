@@ -2,14 +2,15 @@
 
 Torch's intra-op threads spin while they wait for each other: two processes running 2 threads each on 2 cores
 slow each other 5-50x, while one thread per process keeps its pace (bench/research_step.py; README
-"Several jobs at once"). The plan counts the cores this process may use, subtracts those already busy (the
-1-minute load average, which lags: a job that ended seconds ago still counts) and shares the rest among the
-jobs, at least one thread each. OMP_NUM_THREADS, when set, wins.
+"Several jobs at once"). The plan counts the cores this process may use, subtracts those busy with other work (measured over
+half a second from /proc/stat; elsewhere the 1-minute load average, which lags) and shares the rest among
+the jobs, at least one thread each. OMP_NUM_THREADS, when set, wins.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 
@@ -18,7 +19,7 @@ class ThreadPlan:
     jobs: int
     threads: int  # torch intra-op threads per job
     cores: int
-    load: float  # 1-minute load average when planned
+    load: float  # cores busy with other work when planned
     chosen_by: str  # "load" or "OMP_NUM_THREADS"
 
     def env(self) -> dict[str, str]:
@@ -27,7 +28,7 @@ class ThreadPlan:
 
     def describe(self) -> str:
         jobs = f"{self.jobs} job{'s' if self.jobs > 1 else ''} x {self.threads} torch thread{'s' if self.threads > 1 else ''}"
-        where = f"{self.cores} cores, load {self.load:.1f}"
+        where = f"{self.cores} cores, {self.load:.1f} busy"
         if self.chosen_by != "load":
             line = f"threads: {jobs} (set by {self.chosen_by}; {where})"
         else:
@@ -38,12 +39,28 @@ class ThreadPlan:
         return line
 
 
+def busy_cores(window: float = 0.5) -> float:
+    """Cores busy (user, system, irq, steal) over the next `window` seconds, machine-wide; this process
+    sleeps meanwhile, so the figure is other work. The 1-minute load average where /proc/stat is missing."""
+    def sample():
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+        return sum(ticks) - idle, sum(ticks)
+    try:
+        busy0, total0 = sample()
+        time.sleep(window)
+        busy1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0]
+    return (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
+
+
 def plan_threads(jobs: int = 1, *, environ=None, cores: int | None = None, load: float | None = None) -> ThreadPlan:
     """The thread plan for `jobs` processes side by side on this machine (arguments other than `jobs` are for
-    tests: the environment, the usable cores and the load average to plan with)."""
+    tests: the environment, the usable cores and the busy cores to plan with)."""
     environ = os.environ if environ is None else environ
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
-    load = os.getloadavg()[0] if load is None else load
     text = environ.get("OMP_NUM_THREADS", "").strip()
     if text:
         try:
@@ -52,6 +69,7 @@ def plan_threads(jobs: int = 1, *, environ=None, cores: int | None = None, load:
             raise ValueError(f"OMP_NUM_THREADS must be a whole number, got {text!r}") from None
         if threads < 1:
             raise ValueError(f"OMP_NUM_THREADS must be >= 1, got {threads}")
-        return ThreadPlan(jobs, threads, cores, load, "OMP_NUM_THREADS")
+        return ThreadPlan(jobs, threads, cores, busy_cores() if load is None else load, "OMP_NUM_THREADS")
+    load = busy_cores() if load is None else load
     free = max(1, cores - min(cores, round(load)))
     return ThreadPlan(jobs, max(1, free // jobs), cores, load, "load")
