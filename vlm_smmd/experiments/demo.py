@@ -4,7 +4,8 @@ For each setting it renders the data, trains the from-scratch research model (th
 Qwen2.5-VL's architecture over a task vocabulary) with CE + SMMD, evaluates it on held-out images, writes
 the per-digit report, and says what the model learned beside the chance level:
 - bar: one unlabelled bar against a 0-100 axis, "what is the value?" (configs/scratch_cpu_bar.yaml);
-- clock: plain clocks with coloured hands, "what time is it?" (configs/scratch_cpu_clock.yaml).
+- clock: plain clocks with coloured hands, "what time is it?" (configs/scratch_cpu_clock.yaml); on request,
+  as its model does not learn yet (it says so: the collapse warning).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ SETTINGS = {  # name -> (config, eval source, what one sample is)
     "bar": ("scratch_cpu_bar.yaml", "chartqa", "bar charts"),
     "clock": ("scratch_cpu_clock.yaml", "clocks", "clocks"),
 }
-DEFAULT = ("bar", "clock")  # 99 s + 529 s on 2 idle cores
+# The clock setting does not learn in its budget since each clock's style varies (README "Research
+# settings"); it runs on request (--settings bar,clock: 7 min 43 s together on 2 idle cores).
+DEFAULT = ("bar",)  # 2 min 30 s on 2 idle cores
 SUMMARY = 6  # headline figures printed per setting (the report has them all)
 
 
