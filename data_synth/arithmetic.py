@@ -49,18 +49,18 @@ from .args import Parser, bounded_int
 from .dataset import (
     MAX_ITEMS,
     UNSEEN_SPLIT,
+    JsonLinesPlan,
     build_dataset,
     check_fraction,
     check_int,
     digit_places,
-    interrupt_status,
     item_seed,
     owner_split,
     parse_splits,
     pick_unseen,
+    run_writer,
     split_bounds,
     split_counts,
-    split_of,
 )
 
 OPERATIONS = ("add", "sub", "mul", "div")
@@ -133,7 +133,7 @@ def unseen_answers(operations, digits, negatives: bool, fraction: float, seed: i
     return _unseen_answers(tuple(operations), digits, bool(negatives), check_fraction(fraction), seed)
 
 
-class _Plan:
+class _Plan(JsonLinesPlan):
     """The problems a config describes (the plan interface of `data_synth.dataset.build_partial`)."""
 
     name, noun, unit, chunk = "arithmetic", "problems", "problem", 2048
@@ -223,23 +223,7 @@ class _Plan:
         return {"id": f"{split}-{index:08d}", "question": f"What is {operands[0]} {SYMBOLS[op]} {operands[1]}{suffix}?",
                 "answer": answer, "operation": op, "operands": operands, "split": split}
 
-    def split_of(self, index: int) -> str:
-        return split_of(self.bounds, index)
 
-    def render(self, index: int, root: Path) -> str:
-        return json.dumps({"index": index, **self.problem(index)})
-
-    def is_done(self, row: dict, root: Path) -> bool:
-        return True  # a logged problem is complete in its line
-
-    def finish(self, root: Path, done: dict[int, str]) -> None:
-        """Write {split}.jsonl, problems in index order, without the progress log's index."""
-        for lo, hi, name in self.bounds:
-            with open(root / f"{name}.jsonl", "w", encoding="utf-8") as f:
-                for i in range(lo, hi):
-                    record = json.loads(done[i])
-                    del record["index"]
-                    f.write(json.dumps(record) + "\n")
 
 
 def _digit_range(value, which: str) -> list[int]:
@@ -378,21 +362,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (after the new one is done)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    try:
-        out = write_arithmetic_dataset(
+
+    def write():
+        return write_arithmetic_dataset(
             args.out, args.num, args.seed, splits=args.splits,
             operations=[op.strip() for op in args.operations.split(",") if op.strip()], digits=args.digits,
             places=args.places, div_places=args.div_places, negatives=args.negatives, distinct=args.distinct,
             unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
             workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
-    except (ValueError, FileExistsError) as e:
-        print(f"data-synth arithmetic: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"data-synth arithmetic: cannot write: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        return interrupt_status(e)
+
+    status, out = run_writer("data-synth arithmetic", write)
+    if status:
+        return status
     unseen = json.loads((out / "generation.json").read_text())["unseen"]
     extra = f" and {unseen['num']} with held-out answers in {UNSEEN_SPLIT}" if unseen else ""
     print(f"wrote {args.num} arithmetic problems{extra} to {out}")

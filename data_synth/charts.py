@@ -46,8 +46,8 @@ from .dataset import (
     check_split_name,
     check_workers,
     encode_png,
-    interrupt_status,
     remove,
+    run_writer,
     write_file,
 )
 
@@ -710,22 +710,19 @@ def main(argv: list[str] | None = None) -> int:
                    help="replace this split if it exists (once the new one is complete)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    try:
-        info = write_chart_dataset(args.out, args.layout, args.num, args.seed, args.split, workers=args.workers,
+
+    def write():
+        return write_chart_dataset(args.out, args.layout, args.num, args.seed, args.split, workers=args.workers,
                                    size=args.size, questions_per_chart=args.questions_per_chart, kinds=args.kinds,
                                    value_kinds=args.value_kinds, bar_axis_max=args.bar_axis_max,
                                    bar_places=args.bar_places, bars_per_chart=args.bars, bar_noise=args.bar_noise,
                                    unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed,
                                    unseen_split=args.unseen_split, resume=args.resume, overwrite=args.overwrite,
                                    progress=not args.no_progress)
-    except (ValueError, FileExistsError) as e:
-        print(f"data-synth charts: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"data-synth charts: cannot write: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        return interrupt_status(e)
+
+    status, info = run_writer("data-synth charts", write)
+    if status:
+        return status
     print(f"wrote {info['charts']} charts, {info['questions']} questions ({info['layout']} layout, split "
           f"{info['split']}) to {info['root']}; data in {info['data_file']}")
     return 0

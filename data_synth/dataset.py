@@ -189,6 +189,22 @@ def interrupt_status(error: KeyboardInterrupt) -> int:
     return 128 + (signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT)
 
 
+def run_writer(command: str, write):
+    """(0, write()) for a writer command, or (its exit status, None) with one line on stderr: 2 for bad
+    arguments or an existing output (ValueError, FileExistsError), 1 for a write error, 130 / 143 when
+    interrupted (the writer has printed how to resume)."""
+    try:
+        return 0, write()
+    except (ValueError, FileExistsError) as e:
+        print(f"{command}: {e}", file=sys.stderr)
+        return 2, None
+    except OSError as e:
+        print(f"{command}: cannot write: {e}", file=sys.stderr)
+        return 1, None
+    except KeyboardInterrupt as e:
+        return interrupt_status(e), None
+
+
 def ignore_sigint() -> None:
     """Pool worker initialiser: Ctrl-C reaches the whole process group; only the parent handles it (it
     terminates the pool), so workers print no KeyboardInterrupt tracebacks."""
@@ -215,6 +231,34 @@ def check_workers(workers) -> int:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     return workers
+
+
+class JsonLinesPlan:
+    """Base of a plan whose items are JSON records written as `{split}.jsonl` (arithmetic, word problems):
+    a subclass sets `bounds` (split_bounds) and defines `problem(index) -> dict`."""
+
+    bounds: list[tuple[int, int, str]]
+
+    def problem(self, index: int) -> dict:
+        raise NotImplementedError
+
+    def split_of(self, index: int) -> str:
+        return split_of(self.bounds, index)
+
+    def render(self, index: int, root: Path) -> str:
+        return json.dumps({"index": index, **self.problem(index)})
+
+    def is_done(self, row: dict, root: Path) -> bool:
+        return True  # a logged problem is complete in its line
+
+    def finish(self, root: Path, done: dict[int, str]) -> None:
+        """Write {split}.jsonl, problems in index order, without the progress log's index."""
+        for lo, hi, name in self.bounds:
+            with open(root / f"{name}.jsonl", "w", encoding="utf-8") as f:
+                for i in range(lo, hi):
+                    record = json.loads(done[i])
+                    del record["index"]
+                    f.write(json.dumps(record) + "\n")
 
 
 def build_partial(tmp: Path, plan, *, workers: int = 1, resume: bool = False, progress: bool = True,

@@ -44,17 +44,17 @@ from .arithmetic import MAX_DRAWS
 from .dataset import (
     MAX_ITEMS,
     UNSEEN_SPLIT,
+    JsonLinesPlan,
     build_dataset,
     check_fraction,
     check_int,
-    interrupt_status,
     item_seed,
     owner_split,
     parse_splits,
     pick_unseen,
+    run_writer,
     split_bounds,
     split_counts,
-    split_of,
 )
 
 OPERATIONS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
@@ -199,7 +199,7 @@ def unseen_templates(fraction: float, seed: int = 0) -> list[str]:
 
 # -------------------------------------------------------------------------------------------- problems
 
-class _Plan:
+class _Plan(JsonLinesPlan):
     """The problems a config describes (the plan interface of `data_synth.dataset.build_partial`)."""
 
     name, noun, unit, chunk = "word-problems", "problems", "problem", 1024
@@ -214,8 +214,6 @@ class _Plan:
             self.bounds.append((cfg["num"], cfg["num"] + cfg["unseen"]["num"], UNSEEN_SPLIT))
             self.total += cfg["unseen"]["num"]
 
-    def split_of(self, index: int) -> str:
-        return split_of(self.bounds, index)
 
     @staticmethod
     def _numbers(template: Template, rng: random.Random) -> tuple[dict, int, list[str]] | None:
@@ -269,20 +267,6 @@ class _Plan:
                 "equation": equation, "operands": operands, "distractors": distractors, "template": template.id,
                 "operations": operations, "split": split}
 
-    def render(self, index: int, root: Path) -> str:
-        return json.dumps({"index": index, **self.problem(index)})
-
-    def is_done(self, row: dict, root: Path) -> bool:
-        return True  # a logged problem is complete in its line
-
-    def finish(self, root: Path, done: dict[int, str]) -> None:
-        """Write {split}.jsonl, problems in index order, without the progress log's index."""
-        for lo, hi, name in self.bounds:
-            with open(root / f"{name}.jsonl", "w", encoding="utf-8") as f:
-                for i in range(lo, hi):
-                    record = json.loads(done[i])
-                    del record["index"]
-                    f.write(json.dumps(record) + "\n")
 
 
 def _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, unseen_num) -> dict:
@@ -357,19 +341,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (after the new one is done)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    try:
-        out = write_word_problem_dataset(
+
+    def write():
+        return write_word_problem_dataset(
             args.out, args.num, args.seed, splits=args.splits, distractor_rate=args.distractor_rate,
             unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
             workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
-    except (ValueError, FileExistsError) as e:
-        print(f"data-synth word-problems: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"data-synth word-problems: cannot write: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        return interrupt_status(e)
+
+    status, out = run_writer("data-synth word-problems", write)
+    if status:
+        return status
     unseen = json.loads((out / "generation.json").read_text())["unseen"]
     extra = f" and {unseen['num']} of held-out templates in {UNSEEN_SPLIT}" if unseen else ""
     print(f"wrote {args.num} word problems{extra} to {out}")

@@ -20,7 +20,6 @@ import json
 import os
 import random
 import re
-import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -44,10 +43,10 @@ from .dataset import (
     check_fraction,
     check_int,
     encode_png,
-    interrupt_status,
     item_seed,
     parse_splits,
     pick_unseen,
+    run_writer,
     split_bounds,
     split_counts,
     split_of,
@@ -379,27 +378,24 @@ def clocks_main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (after the new one is done)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    try:
+
+    def write():
         style = {}
         for item in args.style:
             key, sep, value = item.partition("=")
             if not sep:
                 raise ValueError(f"--style {item!r}: expected KEY=VALUE")
             style[key.strip()] = _style_value(key.strip(), value.strip())
-        out = write_clock_dataset(
+        return write_clock_dataset(
             args.out, args.num, args.seed, size=args.size, splits=args.splits, answer_format=args.answer_format,
             with_seconds=args.with_seconds, style=style, plain=args.plain, variation=not args.no_variation,
             unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
             times=args.times, questions=args.question, system_font_pool=args.system_fonts, workers=args.workers,
             resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
-    except (ValueError, FileExistsError) as e:
-        print(f"data-synth clocks: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"data-synth clocks: cannot write: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        return interrupt_status(e)
+
+    status, out = run_writer("data-synth clocks", write)
+    if status:
+        return status
     unseen = json.loads((out / "generation.json").read_text())["unseen"]
     extra = f" and {unseen['num']} with held-out times in {UNSEEN_SPLIT}" if unseen else ""
     print(f"wrote {args.num} clocks{extra} to {out}")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .records import JsonLines, finish, number_text, require
-from .sample import DataError, Sample, SkipLog, check_on_error
+from .records import JsonLines, check_problem, finish, require
+from .sample import Sample, SkipLog, check_on_error
 
 SOURCE = "arithmetic"
 
@@ -31,12 +31,7 @@ class ArithmeticJsonl(JsonLines):
         operation = require(obj, "operation", str, where)
         operands = require(obj, "operands", list, where)
         split = require(obj, "split", str, where, optional=True)
-        if not question.strip():
-            raise DataError(f"{where}: malformed record: empty question")
-        if number_text(answer) is None or answer != answer.strip():
-            raise DataError(f"{where}: malformed record: answer {answer!r} is not a plain decimal number")
-        if split is not None and split != self.split:
-            raise DataError(f"{where}: malformed record: 'split' is {split!r} in {self.path.name}")
+        check_problem(where, question, answer, split, self.path, self.split)
         meta = {"split": self.split, "final_answer": answer, "operation": operation, "operands": operands,
                 "record": lineno - 1}
         return Sample(image=None, question=question, answer=answer, source=SOURCE, id=str(ident), meta=meta)

@@ -520,3 +520,14 @@ def number_text(text: str, *, thousands: bool = False) -> str | None:
     if not pattern.fullmatch(text):
         return None
     return format_number(Decimal(text.replace(",", "")))
+
+
+def check_problem(where: str, question: str, answer: str, split: str | None, path: Path, expected: str) -> None:
+    """The checks of a line of a synthetic text-problem file (arithmetic, word problems): a question, an
+    answer that is one plain decimal number as written, and the file's own split; DataError otherwise."""
+    if not question.strip():
+        raise DataError(f"{where}: malformed record: empty question")
+    if number_text(answer) is None or answer != answer.strip():
+        raise DataError(f"{where}: malformed record: answer {answer!r} is not a plain decimal number")
+    if split is not None and split != expected:
+        raise DataError(f"{where}: malformed record: 'split' is {split!r} in {path.name}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .records import JsonLines, finish, number_text, require
+from .records import JsonLines, check_problem, finish, require
 from .sample import DataError, Sample, SkipLog, check_on_error
 
 SOURCE = "word_problems"
@@ -34,14 +34,9 @@ class WordProblemsJsonl(JsonLines):
         template = require(obj, "template", str, where)
         operations = require(obj, "operations", list, where)
         split = require(obj, "split", str, where, optional=True)
-        if not question.strip():
-            raise DataError(f"{where}: malformed record: empty question")
-        if number_text(answer) is None or answer != answer.strip():
-            raise DataError(f"{where}: malformed record: answer {answer!r} is not a plain decimal number")
+        check_problem(where, question, answer, split, self.path, self.split)
         if not operations or not all(isinstance(op, str) and op for op in operations):
             raise DataError(f"{where}: malformed record: 'operations' should be a non-empty list of names")
-        if split is not None and split != self.split:
-            raise DataError(f"{where}: malformed record: 'split' is {split!r} in {self.path.name}")
         meta = {"split": self.split, "final_answer": answer, "template": template, "operations": operations,
                 "steps": len(operations), "distractor": bool(distractors), "equation": equation,
                 "operands": operands, "distractors": distractors, "record": lineno - 1}
