@@ -27,7 +27,7 @@ OUR_PACKAGES = ("vlm_smmd", "data_synth")
 FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 HUB_PACKAGES = ("transformers", "huggingface_hub")  # their OSErrors name an unusable checkpoint or hub id
 # the top-level modules of the `train` extra, which pulls `synth` (pyproject.toml)
-TRAIN_MODULES = frozenset({"torchvision", "transformers", "peft", "datasets", "qwen_vl_utils", "deepspeed",
+TRAIN_MODULES = frozenset({"torchvision", "transformers", "peft", "qwen_vl_utils", "deepspeed",
                            "accelerate", "yaml"}) | SYNTH_MODULES
 
 
