@@ -11,6 +11,7 @@ import sys
 from importlib import import_module
 
 from .args import Parser
+from .interrupts import interrupt_status, sigterm_as_interrupt
 
 __all__ = ["COMMANDS", "SYNTH_MODULES", "Parser", "main", "missing_extra", "usage"]
 
@@ -64,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    from .dataset import interrupt_status, sigterm_as_interrupt  # numpy: not needed for --help or `Parser`
-
     module, func, _ = COMMANDS[argv[0]]
     try:
         with sigterm_as_interrupt():  # SIGTERM ends a command like Ctrl-C: workers stopped, one line said

@@ -1,5 +1,6 @@
 """Dataset machinery shared by the writers: splits, item seeds, held-out value sets, limits, atomic and
-resumable item-by-item building, PNG encoding, and interrupts. Imports nothing else of the package.
+resumable item-by-item building, PNG encoding, and the writer commands' exit statuses. Imports only
+`interrupts` of the package.
 
 A writer describes its dataset as a *plan* (see `build_partial`); the machinery builds it in a partial
 folder, item by item (in worker processes when asked), logging each finished item so that an interrupted
@@ -18,14 +19,14 @@ import shutil
 import signal
 import struct
 import sys
-import threading
 import zlib
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
+from .interrupts import interrupt_status
 
 MAX_ITEMS = 10_000_000  # items a dataset may hold: the progress log and the index are kept in memory
 MAX_SIDE = 4096  # largest image side (px) a writer renders
@@ -159,35 +160,7 @@ def pick_unseen(values: Sequence, features: Callable[[object], Iterable[Hashable
     return [values[i] for i in sorted(chosen)]
 
 
-# --------------------------------------------------------------------------------------- interrupts
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main process so that a run ends the way Ctrl-C ends it."""
-
-
-@contextmanager
-def sigterm_as_interrupt():
-    """While inside, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread, so worker pools
-    are shut down and partial output is closed cleanly; a second SIGTERM during that clean-up is ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def interrupt_status(error: KeyboardInterrupt) -> int:
-    """Exit status of a command stopped by a signal: 128 + SIGTERM (143) or 128 + SIGINT (130)."""
-    return 128 + (signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT)
-
+# --------------------------------------------------------------------------------------- commands
 
 def run_writer(command: str, write):
     """(0, write()) for a writer command, or (its exit status, None) with one line on stderr: 2 for bad

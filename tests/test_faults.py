@@ -394,8 +394,9 @@ class Running:
                 raise RuntimeError(f"no {text!r} in {timeout} s")
             time.sleep(0.05)
 
-    def interrupt(self):
-        os.killpg(self.proc.pid, signal.SIGINT)
+    def interrupt(self, sig=signal.SIGINT, group=True):
+        """Ctrl-C reaches the whole group; a scheduler's SIGTERM (`kill PID`) only the command's process."""
+        (os.killpg if group else os.kill)(self.proc.pid, sig)
 
     def finish(self, timeout=120) -> tuple[int, str, str]:
         try:
@@ -409,9 +410,9 @@ class Running:
         return self.proc.returncode, "".join(self.out), "".join(self.err)
 
 
-def assert_interrupted(rc: int, err: str, command: str):
-    """Exit 130 and one line for it: no traceback, from the main process or any worker."""
-    assert rc == 130, err[-4000:]
+def assert_interrupted(rc: int, err: str, command: str, status: int = 130):
+    """Exit 130 (SIGTERM: 143) and one line for it: no traceback, from the main process or any worker."""
+    assert rc == status, err[-4000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-4000:]
     assert [line for line in err.splitlines() if "interrupt" in line.lower()] == [f"vlm-smmd {command}: interrupted"]
 
@@ -435,18 +436,55 @@ def test_second_run_on_the_same_output_dir_is_refused_naming_the_first(config, r
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_training_is_one_line_and_saves_nothing(config, run_dir):
+@pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGTERM, False)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_during_training_is_one_line_and_saves_nothing(config, run_dir, sig, group):
     out = run_dir / "out"
     run = Running(train_args(config, out, "--max_steps", "500", "--save_strategy", "no",
                              "--dataloader_num_workers", "2")[3:], run_dir / "cache")
     try:
         run.wait_for("'loss'")
     finally:
-        run.interrupt()
+        run.interrupt(sig, group)
         rc, printed, err = run.finish()
     assert "'loss'" in printed  # it was training
-    assert_interrupted(rc, err, "train")
+    assert_interrupted(rc, err, "train", 128 + sig)
     assert not out.exists()
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of the live processes whose command line holds `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_to_compare_stops_its_running_variant_and_keeps_the_tables(config, run_dir):
+    out = run_dir / "cmp"
+    run = Running(["compare", config, "--aux", "none", "--kernel-controls", "", "--seeds", "0", "--out", out,
+                   "--eval-limit", "2", "--max-new-tokens", "4", "--max_steps", "500", "--save_strategy", "no"],
+                  run_dir / "cache")
+    log = out / "runs" / "none-seed0" / "log.txt"
+    try:
+        run.wait_for("none-seed0: running")
+        deadline = time.monotonic() + 150
+        while "'loss'" not in (log.read_text() if log.is_file() else ""):  # the variant's process is training
+            if time.monotonic() > deadline or run.proc.poll() is not None:
+                raise RuntimeError(f"the variant never trained: {''.join(run.err)[-3000:]}")
+            time.sleep(0.1)
+        assert processes_mentioning(str(out / "runs" / "none-seed0" / "variant.json"))
+    finally:
+        run.interrupt(signal.SIGTERM, group=False)  # as `kill PID` or a scheduler would: the parent alone
+        rc, _, err = run.finish()
+    assert rc == 143, err[-4000:]
+    assert "Traceback" not in err, err[-4000:]
+    assert "interrupted; results so far in" in err
+    assert processes_mentioning(str(out / "runs" / "none-seed0" / "variant.json")) == []  # nothing orphaned
+    assert json.loads((out / "status.json").read_text())["variants"]["none-seed0"]["status"] == "interrupted"
+    assert (out / "results.md").is_file()
 
 
 @pytest.mark.slow

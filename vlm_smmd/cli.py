@@ -4,7 +4,8 @@
   `vlm-smmd CMD: error: ...` on stderr and exit status 2;
 - bad input met while running (`input_error`: a bad record, image, split or model name) is one line,
   exit status 1; any other exception is a bug and keeps its traceback;
-- Ctrl-C (or SIGTERM) ends a command with one line and exit status 130;
+- Ctrl-C ends a command with one line and exit status 130, SIGTERM the same way with 143 (compare
+  stops its running variants first: no orphaned process);
 - an output folder is never written over without --overwrite (each command declares what it would
   replace), and a run that fails leaves no empty output folder behind (`no_empty_folder`);
 - a module of the `train` extra missing (the core install alone) is one line naming the extra, exit status 1.
@@ -20,6 +21,7 @@ from importlib import import_module
 from pathlib import Path
 
 from data_synth.cli import SYNTH_MODULES, missing_extra
+from data_synth.interrupts import interrupt_status, sigterm_as_interrupt
 
 from .commands import COMMANDS, HIDDEN, UsageError
 
@@ -116,11 +118,11 @@ def run_command(name: str, argv: list[str]) -> int:
         return usage_error(name, f"{out.flag} {out.folder} already holds {out.what or shown}"
                            f"{f' ({shown})' if out.what else ''}; {out.advice}")
     try:
-        with no_empty_folder(None if out is None else out.folder):
+        with sigterm_as_interrupt(), no_empty_folder(None if out is None else out.folder):
             return module.run(args) or 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(f"\nvlm-smmd {name}: interrupted", file=sys.stderr)
-        return 130
+        return interrupt_status(e)
     except UsageError as e:
         return usage_error(name, e)
     except Exception as e:

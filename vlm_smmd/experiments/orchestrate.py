@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from data_synth.interrupts import interrupt_status
+
 from .results import fmt, run_metrics, write_results
 from .store import Status, drop_weights, read_json, tail, write_json
 from .variants import Variant, variant_overrides
@@ -158,7 +160,7 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
                 jobs: int = 1, env: dict[str, str] | None = None) -> int:
     """Run every variant not done yet into out/runs/NAME, `jobs` at a time (each process gets `env` on top of
     ours: the thread plan), printing progress; then write the tables. Returns 0, 1 when a variant failed (the
-    others still ran), 130 when interrupted (the tables so far are written; a rerun resumes)."""
+    others still ran), 130 (143 for SIGTERM) when interrupted (the tables so far are written; a rerun resumes)."""
     status = Status(out / "status.json", [v.name for v in variants])
     start, durations = time.monotonic(), []
     lock = threading.Lock()  # status.json, done.json, the progress lines and the analysis
@@ -208,7 +210,7 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
     try:
         for future in futures:
             future.result()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (the dispatcher makes it one)
         interrupted.set()
         for future in futures:
             future.cancel()
@@ -220,7 +222,7 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
         write_results(out, variants, status, settings)
         print(f"\ninterrupted; results so far in {out / 'results.md'}; rerun the same command to resume",
               file=sys.stderr)
-        return 130
+        return interrupt_status(e)
     pool.shutdown()
 
     paths = write_results(out, variants, status, settings)
