@@ -383,3 +383,20 @@ def test_jobs_run_variants_side_by_side_with_the_thread_plan(tmp_path, monkeypat
         assert len(list(out.glob("runs/*/done.json"))) == 4
     assert envs and all(e == {"OMP_NUM_THREADS": "1"} for e in envs)
     assert "FAILED" in capsys.readouterr().out
+
+
+def test_runs_without_predictions_are_one_note_per_split_and_tiny_p_reads_well(tmp_path):
+    # twelve seeds, smmd always ahead: exact sign-flip p = 2/4096 < 0.001
+    variants, status = _planted_comparison(tmp_path, {s: 2 for s in range(12)})
+    variants = [v for v in variants if v.group != "smmd-shuffled"]
+    for v in variants[:5]:  # as in a comparison copied from docs/, which keeps done.json but no predictions
+        (tmp_path / "runs" / v.name / "test" / "predictions.jsonl").unlink()
+    paths = write_results(tmp_path, variants, status, settings_for(primary={"metric": "exact_match",
+                                                                            "split": "test"}))
+    md = paths["results_md"].read_text()
+    assert "**+0.250 [+0.250, +0.250] p < 0.001**" in md and "p=<" not in md
+    notes = [line for line in md.splitlines() if "figures from done.json" in line]
+    assert len(notes) == 1, notes
+    assert notes[0].startswith("> 5 run(s) (test): figures from done.json") and "and 2 more" in notes[0]
+    # the figures still come from done.json: all 12 pairs are tested
+    assert paths["tests"]["test"]["smmd vs none"]["figures"]["exact_match"]["n"] == 12

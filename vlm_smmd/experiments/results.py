@@ -102,6 +102,7 @@ def collect(out: Path, variants: Sequence[Variant], status: Status, splits: Sequ
     pooled = {s: {} for s in splits}
     columns = {s: {} for s in splits}
     reference, reference_ids, notes = {}, {}, []
+    from_done = {s: [] for s in splits}  # split -> [(run, why its predictions could not be read)]
     for v in variants:
         if status.variants.get(v.name, {}).get("status") != "done":
             continue
@@ -113,7 +114,7 @@ def collect(out: Path, variants: Sequence[Variant], status: Status, splits: Sequ
                 saved = read_json(run_dir / "done.json")["figures"].get(split)
                 if saved is not None:
                     figures[split][v.name] = saved
-                notes.append(f"{v.name} ({split}): figures from done.json ({e})")
+                from_done[split].append((v.name, e))
                 continue
             analysis = analyze_records(records, chance=False)
             figures[split][v.name] = run_metrics(analysis)
@@ -127,6 +128,11 @@ def collect(out: Path, variants: Sequence[Variant], status: Status, splits: Sequ
             elif ids != reference_ids[split]:
                 notes.append(f"{v.name} was evaluated on other {split} records than {reference[split][1]}: its "
                              "chance level differs")
+    for split, runs in from_done.items():  # one line per split: a copied comparison may lack every file
+        if runs:
+            names = ", ".join(name for name, _ in runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+            notes.append(f"{len(runs)} run(s) ({split}): figures from done.json, predictions.jsonl not readable "
+                         f"({names}; e.g. {runs[0][1]}); their records are not pooled into the per-digit analysis")
     return Collected(figures, pooled, {s: list(c.values()) for s, c in columns.items()}, reference, notes)
 
 
@@ -175,7 +181,8 @@ def _diff_cell(d: dict, key: str, pairs: int) -> str:
     if d["t_low"] is not None:
         text += f" [{fmt(d['t_low'], key, signed=True)}, {fmt(d['t_high'], key, signed=True)}]"
     if d["p_holm"] is not None:
-        text += f" p={_p(d['p_holm'])}"
+        p = _p(d["p_holm"])
+        text += f" p {p}" if p.startswith("<") else f" p={p}"
     if d["significant"]:
         text = f"**{text}**"
     return text + (f" (n={d['n']})" if d["n"] != pairs else "")
