@@ -50,6 +50,10 @@ from .dataset import (
     MAX_ITEMS,
     UNSEEN_SPLIT,
     JsonLinesPlan,
+    add_build_args,
+    add_dataset_args,
+    add_splits_arg,
+    add_unseen_args,
     build_dataset,
     check_fraction,
     check_int,
@@ -333,10 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="data-synth arithmetic",
         description="Arithmetic problems with exact answers: OUT/{split}.jsonl (id, question, answer, operation, "
                     "operands, split) and OUT/generation.json.")
-    p.add_argument("--num", type=bounded_int(1, MAX_ITEMS), required=True, help="number of problems (all splits)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output folder (built in .OUT.partial, renamed when complete)")
-    p.add_argument("--splits", default="train=0.9,test=0.1", help="name=fraction,... (default train=0.9,test=0.1)")
+    add_dataset_args(p, "problems")
+    add_splits_arg(p)
     p.add_argument("--operations", default=",".join(OPERATIONS),
                    help=f"comma list of {','.join(OPERATIONS)} (default all)")
     p.add_argument("--digits", type=_digits_arg, default=[[1, 3], [1, 3]],
@@ -354,13 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"hold this fraction of the possible answers out of every split and write problems with "
                         f"them, and only them, into an extra split {UNSEEN_SPLIT} (every digit stays at every "
                         "place in training; whole numbers only)")
-    p.add_argument("--unseen-seed", type=int, default=0, help="seed of the held-out answers (default 0)")
-    p.add_argument("--unseen-num", type=bounded_int(1, MAX_ITEMS), default=None,
-                   help=f"problems in {UNSEEN_SPLIT} (default: as many as the smallest split)")
-    p.add_argument("--workers", type=int, default=1, help="processes (default 1); output is the same for any")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (after the new one is done)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_unseen_args(p, "answers", "problems")
+    add_build_args(p)
     args = p.parse_args(argv)
 
     def write():

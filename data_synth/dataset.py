@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .args import bounded_int
 from .interrupts import interrupt_status
 
 MAX_ITEMS = 10_000_000  # items a dataset may hold: the progress log and the index are kept in memory
@@ -161,6 +162,33 @@ def pick_unseen(values: Sequence, features: Callable[[object], Iterable[Hashable
 
 
 # --------------------------------------------------------------------------------------- commands
+
+def add_dataset_args(p, noun: str) -> None:
+    """--num, --seed, --out: what every split-writing command takes (`noun`: "images", "problems")."""
+    p.add_argument("--num", type=bounded_int(1, MAX_ITEMS), required=True, help=f"number of {noun} (all splits)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder (built in .OUT.partial, renamed when complete)")
+
+
+def add_splits_arg(p) -> None:
+    p.add_argument("--splits", default="train=0.9,test=0.1", help="name=fraction,... (default train=0.9,test=0.1)")
+
+
+def add_unseen_args(p, what: str, noun: str) -> None:
+    """--unseen-seed, --unseen-num of the held-out split, after the command's own --unseen-fraction (`what`
+    it holds out: "answers"; `noun`: "problems")."""
+    p.add_argument("--unseen-seed", type=int, default=0, help=f"seed of the held-out {what} (default 0)")
+    p.add_argument("--unseen-num", type=bounded_int(1, MAX_ITEMS), default=None,
+                   help=f"{noun} in {UNSEEN_SPLIT} (default: as many as the smallest split)")
+
+
+def add_build_args(p) -> None:
+    """--workers, --resume, --overwrite, --no-progress: how `build_dataset` writes."""
+    p.add_argument("--workers", type=int, default=1, help="processes (default 1); output is the same for any")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (after the new one is done)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
 
 def run_writer(command: str, write):
     """(0, write()) for a writer command, or (its exit status, None) with one line on stderr: 2 for bad
@@ -355,6 +383,15 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+def write_metadata(root: Path, bounds: list[tuple[int, int, str]], done: dict[int, str]) -> None:
+    """An imagefolder's root/SPLIT/metadata.jsonl for each split of `bounds`, rows (`done`: index -> JSON
+    line) in index order."""
+    for lo, hi, name in bounds:
+        (root / name).mkdir(exist_ok=True)
+        with open(root / name / "metadata.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(done[i] + "\n" for i in range(lo, hi))
 
 
 def write_file(path: Path, data: bytes) -> None:

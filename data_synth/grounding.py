@@ -72,6 +72,10 @@ from .dataset import (
     MAX_ITEMS,
     MAX_SIDE,
     UNSEEN_SPLIT,
+    add_build_args,
+    add_dataset_args,
+    add_splits_arg,
+    add_unseen_args,
     build_dataset,
     check_fraction,
     check_int,
@@ -85,6 +89,7 @@ from .dataset import (
     split_counts,
     split_of,
     write_file,
+    write_metadata,
 )
 
 KINDS = ("square", "circle", "triangle", "diamond")
@@ -350,11 +355,7 @@ class _Plan:
         return (root / self.split_of(row["index"]) / row["file_name"]).is_file()
 
     def finish(self, root: Path, done: dict[int, str]) -> None:
-        """Write each split's metadata.jsonl, rows in index order."""
-        for lo, hi, name in self.bounds:
-            (root / name).mkdir(exist_ok=True)
-            with open(root / name / "metadata.jsonl", "w", encoding="utf-8") as f:
-                f.writelines(done[i] + "\n" for i in range(lo, hi))
+        write_metadata(root, self.bounds, done)
 
 
 def _box(obj: dict) -> tuple[int, int, int, int]:
@@ -525,12 +526,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Images of coloured shapes with a question asking for the point or box of one named object; "
                     "answers as Qwen VL grounding JSON. A Hugging Face imagefolder per split (images + "
                     "metadata.jsonl) and OUT/generation.json.")
-    p.add_argument("--num", type=bounded_int(1, MAX_ITEMS), required=True, help="number of images (all splits)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output folder (built in .OUT.partial, renamed when complete)")
+    add_dataset_args(p, "images")
     p.add_argument("--width", type=bounded_int(28, MAX_SIDE), default=448, help="canvas width in px (default 448)")
     p.add_argument("--height", type=bounded_int(28, MAX_SIDE), default=336, help="canvas height in px (default 336)")
-    p.add_argument("--splits", default="train=0.9,test=0.1", help="name=fraction,... (default train=0.9,test=0.1)")
+    add_splits_arg(p)
     p.add_argument("--task", choices=(*TASKS, "both"), default="both",
                    help="ask for the centre point, the bounding box, or either drawn per image (default both)")
     p.add_argument("--coords", choices=COORDS, default="absolute",
@@ -560,13 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"hold this fraction of the grid cells out of every split for the target's centre and "
                         f"write targets there, and only there, into an extra split {UNSEEN_SPLIT} (every column "
                         "and row stays in training)")
-    p.add_argument("--unseen-seed", type=int, default=0, help="seed of the held-out cells (default 0)")
-    p.add_argument("--unseen-num", type=bounded_int(1, MAX_ITEMS), default=None,
-                   help=f"images in {UNSEEN_SPLIT} (default: as many as the smallest split)")
-    p.add_argument("--workers", type=int, default=1, help="processes (default 1); output is the same for any")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (after the new one is done)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_unseen_args(p, "cells", "images")
+    add_build_args(p)
     args = p.parse_args(argv)
 
     def write():

@@ -39,6 +39,10 @@ from .dataset import (
     MAX_ITEMS,
     MAX_SIDE,
     UNSEEN_SPLIT,
+    add_build_args,
+    add_dataset_args,
+    add_splits_arg,
+    add_unseen_args,
     build_dataset,
     check_fraction,
     check_int,
@@ -51,6 +55,7 @@ from .dataset import (
     split_counts,
     split_of,
     write_file,
+    write_metadata,
 )
 
 ANSWER_FORMATS = ("h:mm", "hh:mm", "24h")
@@ -198,11 +203,7 @@ class _Plan:
         return (root / self.split_of(row["index"]) / row["file_name"]).is_file()
 
     def finish(self, root: Path, done: dict[int, str]) -> None:
-        """Write each split's metadata.jsonl, rows in index order."""
-        for lo, hi, name in self.bounds:
-            (root / name).mkdir(exist_ok=True)
-            with open(root / name / "metadata.jsonl", "w", encoding="utf-8") as f:
-                f.writelines(done[i] + "\n" for i in range(lo, hi))
+        write_metadata(root, self.bounds, done)
 
 
 def _render_item(plan: _Plan, index: int, root: Path) -> str:
@@ -345,12 +346,10 @@ def clocks_main(argv: list[str] | None = None) -> int:
     p = Parser(
         prog="data-synth clocks", epilog=_style_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Render an analog-clock dataset: a Hugging Face imagefolder per split (images + metadata.jsonl).")
-    p.add_argument("--num", type=bounded_int(1, MAX_ITEMS), required=True, help="number of images (all splits)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output folder (built in .OUT.partial, renamed when complete)")
+    add_dataset_args(p, "images")
     p.add_argument("--size", type=bounded_int(64, MAX_SIDE), default=448,
                    help=f"image side in px, 64..{MAX_SIDE} (default 448)")
-    p.add_argument("--splits", default="train=0.9,test=0.1", help="name=fraction,... (default train=0.9,test=0.1)")
+    add_splits_arg(p)
     p.add_argument("--answer-format", choices=ANSWER_FORMATS, default="h:mm",
                    help="h:mm = 3:07 (12-hour, default), hh:mm = 03:07, 24h = 15:07 (adds an AM/PM window)")
     p.add_argument("--with-seconds", action="store_true", help="draw a second hand and answer H:MM:SS")
@@ -368,15 +367,10 @@ def clocks_main(argv: list[str] | None = None) -> int:
     p.add_argument("--unseen-fraction", type=_fraction, default=0.0,
                    help=f"hold this fraction of the 720 dial times out of every split and write them into an "
                         f"extra split {UNSEEN_SPLIT} (every hour and minute value stays in training)")
-    p.add_argument("--unseen-seed", type=int, default=0, help="seed of the held-out times (default 0)")
-    p.add_argument("--unseen-num", type=bounded_int(1, MAX_ITEMS), default=None,
-                   help=f"images in {UNSEEN_SPLIT} (default: as many as the smallest split)")
+    add_unseen_args(p, "times", "images")
     p.add_argument("--system-fonts", action="store_true",
                    help="also draw numerals with the system's fonts (the dataset then depends on the machine)")
-    p.add_argument("--workers", type=int, default=1, help="processes (default 1); output is the same for any")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run with the same arguments")
-    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists (after the new one is done)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_build_args(p)
     args = p.parse_args(argv)
 
     def write():
