@@ -140,7 +140,8 @@ def perfect_records():
 def test_planted_errors_are_reported_exactly():
     a = analyze_records(planted_records())
     assert a["records"] == 19
-    assert a["kinds"] == {"numeric": 11, "non_numeric_target": 1, "clock": 6, "clock_non_time_target": 1}
+    assert a["kinds"] == {"numeric": 11, "non_numeric_target": 1, "clock": 6, "clock_non_time_target": 1,
+                          "grounding": 0, "grounding_bad_target": 0}
     assert sum(a["kinds"].values()) == a["records"]
     assert a["exact_match"] == pytest.approx(5 / 19)  # A, H (second label), K, L, M
     assert a["relaxed_accuracy"] == pytest.approx(5 / 12)  # over the chart records: A, F, H, K, L

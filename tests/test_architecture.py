@@ -122,6 +122,12 @@ def _charts(layout):
     return write
 
 
+def _grounding(root):
+    from data_synth.grounding import write_grounding_dataset
+
+    write_grounding_dataset(root, 4, 0, width=84, height=56, objects=1, splits="train=1", progress=False)
+
+
 def _arithmetic(root):
     from data_synth.arithmetic import write_arithmetic_dataset
 
@@ -155,7 +161,7 @@ def _deepmind_math(root):
 # a small training split of every registered task, written as its users' files are laid out
 TINY_DATA = {"clocks": _clocks, "chartqa": _charts("chartqa"), "plotqa": _charts("plotqa"), "dvqa": _charts("dvqa"),
              "arithmetic": _arithmetic, "word_problems": _word_problems, "gsm8k": _gsm8k, "svamp": _svamp,
-             "deepmind_math": _deepmind_math}
+             "deepmind_math": _deepmind_math, "grounding": _grounding}
 
 
 @pytest.fixture(scope="module")

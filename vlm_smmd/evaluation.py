@@ -16,7 +16,13 @@ meta (the sample's meta, JSON-safe) and scores:
   generation (`metrics.extract_final_number`: after "####", else after "The answer is", else the last
   number) and the target the sample's exact final number (`meta["final_answer"]`, also when the model
   was trained on GSM8K rationales); number_exact (equal values: "1,234" == "1234.0") and within_0.001,
-  within_0.01, within_0.05 (relative tolerance, exact decimal arithmetic).
+  within_0.01, within_0.05 (relative tolerance, exact decimal arithmetic);
+- grounding (metric "grounding"): the prediction is the whole generation, stripped (answers are JSON, often
+  over several lines), scored by `metrics.grounding_scores` against the reader's meta (task, target_box,
+  target_point in the answer's coordinates): no_valid_answer (no point or box could be read), and for box
+  questions iou (0 without a valid box), iou_at_0.5 and corner_error_px (None without one), for point
+  questions point_in_box (0 without a valid point) and centre_error_px (None without one). Means of the
+  pixel errors are over the answers that give a point or box (`mean_<key>`, with their count `<key>_n`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from vlm_smmd.metrics import (
     extract_final_number,
     final_number_match,
     final_number_within,
+    grounding_scores,
     parse_time,
     relaxed_accuracy,
     score_against_targets,
@@ -51,7 +58,9 @@ SOURCES = tuple(TASKS)
 CHART_SOURCES = names_with("relaxed")
 TEXT_SOURCES = names_with("final_number")  # numeric answers scored as final numbers
 CLOCK_SOURCES = names_with("clock")
+GROUNDING_SOURCES = names_with("grounding")  # answers are a point or a box
 WITHIN_MINUTES = 5
+GROUNDING_ERRORS = ("corner_error_px", "centre_error_px")  # None where the answer gives no point or box
 # clock meta keys that are no style attribute
 CLOCK_NON_STYLE = {"hour", "minute", "second", "file_name", "image", "question", "answer", "answers", "split",
                    "id", "seed", "index", "record"}
@@ -82,8 +91,9 @@ def extract_answer(text: str, source: str) -> str:
     """The answer in generated `text`.
 
     For the text tasks (TEXT_SOURCES), the final number (`metrics.extract_final_number`: "#### 1,234" ->
-    "1234"), or "" when the text holds none. For clocks, the first valid time reading anywhere in the text
-    ("It is 3:15 pm." -> "3:15 pm"), if any. Otherwise: the first non-empty line, stripped, without
+    "1234"), or "" when the text holds none. For grounding, the whole text stripped (its JSON may span
+    lines; `metrics.parse_grounding` reads the point or box). For clocks, the first valid time reading
+    anywhere in the text ("It is 3:15 pm." -> "3:15 pm"), if any. Otherwise: the first non-empty line, stripped, without
     markdown (a leading "- " bullet, "#" heading or ">" quote; emphasis and code markers "**", "_", "`"
     where they touch no word character outside: "**Answer:** 7" -> "Answer: 7"); then a leading "The
     answer is", "Answer:", "Final answer:", "A:" (and, for clocks, "The time is" / "It is") removed -- a
@@ -93,6 +103,8 @@ def extract_answer(text: str, source: str) -> str:
     """
     if source in TEXT_SOURCES:
         return extract_final_number(text) or ""
+    if source in GROUNDING_SOURCES:
+        return text.strip()
     if source in CLOCK_SOURCES:
         for m in _TIME_CANDIDATE.finditer(text):
             if parse_time(m.group(), whole=True) is not None:
@@ -117,10 +129,11 @@ def extract_answer(text: str, source: str) -> str:
 # Scores
 
 
-def score_prediction(prediction: str, targets: Sequence[str], source: str) -> dict:
+def score_prediction(prediction: str, targets: Sequence[str], source: str, meta: Mapping | None = None) -> dict:
     """Per-sample scores of `prediction` against `targets` (module docstring). A clock target holding no
     time is a ValueError (it cannot be scored as a time; generation reports it as a DataError naming the
-    record, or skips it under on_error="skip")."""
+    record, or skips it under on_error="skip"), and so is a grounding target giving no point or box.
+    `meta`: the sample's meta; grounding reads task, target_box and target_point from it when present."""
     scores: dict = {"exact_match": score_against_targets(exact_match, prediction, targets)}
     if source in CHART_SOURCES:
         scores["relaxed_accuracy"] = score_against_targets(relaxed_accuracy, prediction, targets)
@@ -140,6 +153,10 @@ def score_prediction(prediction: str, targets: Sequence[str], source: str) -> di
             time_gap_minutes=gap,
             within_5_min=float(gap is not None and gap <= WITHIN_MINUTES),
         )
+    elif source in GROUNDING_SOURCES:
+        meta = meta if isinstance(meta, Mapping) else {}
+        scores.update(grounding_scores(prediction, targets[0], task=meta.get("task"),
+                                       target_box=meta.get("target_box"), target_point=meta.get("target_point")))
     return scores
 
 
@@ -274,7 +291,7 @@ def _record(sample, raw_output: str) -> dict:
     targets = sample_targets(sample)
     prediction = extract_answer(raw_output, sample.source)
     try:
-        scores = score_prediction(prediction, targets, sample.source)
+        scores = score_prediction(prediction, targets, sample.source, sample.meta)
     except ValueError as e:
         raise DataError(f"malformed record: cannot score record {sample.id!r} of {sample.source}: {e}") from None
     meta = json_safe(sample.meta) if isinstance(sample.meta, Mapping) else {}
@@ -291,7 +308,9 @@ def _record(sample, raw_output: str) -> dict:
 
 def _aggregate(records: Sequence[Mapping]) -> dict:
     """{"count", <mean of each score>, ...}; a time gap gives mean/median over records holding a time and
-    `no_time` (records whose prediction holds none)."""
+    `no_time` (records whose prediction holds none); a grounding pixel error (GROUNDING_ERRORS) gives
+    `mean_<key>` over the answers giving a point or box and `<key>_n`, their count; other scores that are
+    None for some records are averaged over the others."""
     out: dict = {"count": len(records)}
     keys: list[str] = []
     for r in records:
@@ -303,7 +322,12 @@ def _aggregate(records: Sequence[Mapping]) -> dict:
             out["mean_time_gap_minutes"] = statistics.fmean(gaps) if gaps else None
             out["median_time_gap_minutes"] = statistics.median(gaps) if gaps else None
             out["no_time"] = sum(v is None for v in values)
+        elif key in GROUNDING_ERRORS:
+            errors = [float(v) for v in values if v is not None]
+            out[f"mean_{key}"] = statistics.fmean(errors) if errors else None
+            out[f"{key}_n"] = len(errors)
         else:
+            values = [v for v in values if v is not None]
             out[key] = statistics.fmean(float(v) for v in values) if values else None
     return out
 
@@ -359,8 +383,8 @@ def summarize(records: Sequence[Mapping]) -> dict:
      "sources": {source: {split: {"count", <mean scores>, "by": {meta key: {value: {"count", ...}}}}}}}
 
     Breakdowns: ChartQA by subset (human / augmented), DVQA by template_id and question_type, PlotQA by
-    template and type, clocks by every style attribute in meta (`style_keys`). A record without a split
-    is counted under "unknown".
+    template and type, grounding by task (point / box) and coords, clocks by every style attribute in meta
+    (`style_keys`). A record without a split is counted under "unknown".
     """
     if not records:
         raise ValueError("summarize got no records")
@@ -402,7 +426,9 @@ def write_outputs(records: Sequence[Mapping], metrics: Mapping, out_dir) -> tupl
 TABLE_COLUMNS = (("exact", "exact_match"), ("relaxed", "relaxed_accuracy"), ("time exact", "time_exact"),
                  (f"<={WITHIN_MINUTES} min", "within_5_min"), ("mean gap", "mean_time_gap_minutes"),
                  ("num exact", "number_exact"), ("rel 0.1%", "within_0.001"), ("rel 1%", "within_0.01"),
-                 ("rel 5%", "within_0.05"))
+                 ("rel 5%", "within_0.05"), ("IoU", "iou"), ("IoU>=0.5", "iou_at_0.5"),
+                 ("corner px", "mean_corner_error_px"), ("in box", "point_in_box"),
+                 ("centre px", "mean_centre_error_px"), ("no answer", "no_valid_answer"))
 
 
 def format_metrics_table(metrics: Mapping) -> str:

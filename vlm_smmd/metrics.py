@@ -1,5 +1,6 @@
-"""Answer scoring: ChartQA relaxed accuracy, exact match, number parsing for analysis, clock metrics, and
-the final-number metrics of the text tasks (GSM8K, SVAMP, DeepMind Mathematics, arithmetic).
+"""Answer scoring: ChartQA relaxed accuracy, exact match, number parsing for analysis, clock metrics, the
+final-number metrics of the text tasks (GSM8K, SVAMP, DeepMind Mathematics, arithmetic), and points and
+boxes of grounding answers (parsing, IoU, point-in-box, corner and centre errors).
 
 Pure string functions; every metric takes `(prediction, target)` in that order.
 
@@ -12,6 +13,7 @@ Python's float() would read them), non-numeric in the analysis.
 from __future__ import annotations
 
 import decimal
+import json
 import math
 import re
 import string
@@ -306,3 +308,161 @@ def clock_minute_correct(prediction: str, target: str) -> bool:
     """Minute equal (hour ignored); False when the prediction holds no time."""
     t, p = _target_time(target), parse_time(prediction)
     return p is not None and p.minute == t.minute
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Grounding: points and boxes
+
+GROUNDING_KEYS = {"point": "point_2d", "box": "bbox_2d"}  # the JSON key of each question kind (Qwen VL)
+_GROUNDING_SIZES = {"point": 2, "box": 4}
+IOU_THRESHOLD = 0.5
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)\n?[ \t]*```", re.DOTALL)
+_COORD = r"\s*(-?\d+(?:\.\d+)?)\s*"
+# Qwen2-VL's box text once its special tokens are decoded away: an optional label, then (x1,y1),(x2,y2);
+# a point is one pair. The label holds no digit or bracket, so nothing is read from a mangled answer.
+_LABEL = r"[^\d(){}\[\]<>]*"
+_PAIR_TEXT = {
+    "point": re.compile(rf"{_LABEL}\({_COORD},{_COORD}\)\s*\.?", re.ASCII),
+    "box": re.compile(rf"{_LABEL}\({_COORD},{_COORD}\)\s*,\s*\({_COORD},{_COORD}\)\s*\.?", re.ASCII),
+}
+_QWEN2_TOKENS = re.compile(r"<\|(?:object_ref_start|object_ref_end|box_start|box_end|quad_start|quad_end)\|>")
+
+
+def _json_answer(text: str):
+    """The JSON value an answer holds, or None: the whole text, else the text inside a ``` fence, else the
+    span from the first '{' or '[' to the last '}' or ']' (an answer inside a sentence)."""
+    candidates = [text]
+    fenced = _FENCE.search(text)
+    if fenced:
+        candidates.append(fenced[1])
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    end = max(text.rfind("}"), text.rfind("]"))
+    if starts and end > min(starts):
+        candidates.append(text[min(starts):end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except ValueError:  # not JSON (or an integer past Python's digit limit)
+            continue
+    return None
+
+
+def _coordinates(value, size: int) -> tuple[float, ...] | None:
+    """`value` as `size` finite numbers (JSON numbers, not booleans or strings), or None."""
+    if not isinstance(value, list) or len(value) != size:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return None
+    coords = tuple(float(v) for v in value)
+    return coords if all(math.isfinite(v) for v in coords) else None
+
+
+def _valid(task: str, coords: tuple[float, ...] | None) -> tuple[float, ...] | None:
+    if coords is not None and task == "box" and (coords[2] < coords[0] or coords[3] < coords[1]):
+        return None  # corners swapped: no box
+    return coords
+
+
+def parse_grounding(text: str, task: str) -> tuple[float, ...] | None:
+    """The point (x, y) or box (x1, y1, x2, y2) a grounding answer gives, as floats, or None.
+
+    `task` is "point" or "box". Accepted, surrounding whitespace aside:
+    - JSON as the Qwen VL families write it: {"point_2d": [x, y], ...} or {"bbox_2d": [x1, y1, x2, y2], ...}
+      (other keys such as "label" ignored), or a list holding exactly one such object; the JSON may sit in a
+      ``` fence or inside a sentence ("The box is {...}.");
+    - a bare JSON list of the coordinates: [x, y] or [x1, y1, x2, y2];
+    - Qwen2-VL's box text: (x1,y1),(x2,y2), or (x, y) for a point, after an optional label, with or
+      without its special tokens (<|box_start|>, <|object_ref_start|>, ...).
+    Strict otherwise: text that is not one of these (truncated JSON such as '{"bbox_2d": [1, 2, 3, 4]',
+    the wrong key for the task, the wrong number of coordinates, strings or booleans for numbers, several
+    objects, non-finite values) gives None, and so does a box whose x2 < x1 or y2 < y1.
+    """
+    if task not in GROUNDING_KEYS:
+        raise ValueError(f"task must be one of {', '.join(GROUNDING_KEYS)}, got {task!r}")
+    text = text.strip()
+    value = _json_answer(text)
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        value = value[0] if len(value) == 1 else None
+    if isinstance(value, dict):
+        return _valid(task, _coordinates(value.get(GROUNDING_KEYS[task]), _GROUNDING_SIZES[task]))
+    if isinstance(value, list):
+        return _valid(task, _coordinates(value, _GROUNDING_SIZES[task]))
+    if value is not None:
+        return None
+    m = _PAIR_TEXT[task].fullmatch(_QWEN2_TOKENS.sub("", text).strip())
+    return None if m is None else _valid(task, tuple(float(g) for g in m.groups()))
+
+
+def grounding_answer(target: str) -> tuple[str, tuple[float, ...]] | None:
+    """(task, coordinates) of an answer in the JSON form {"point_2d": ...} / {"bbox_2d": ...} (the
+    key says the task; `parse_grounding`'s rules), or None when it is not one."""
+    value = _json_answer(target.strip())
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, dict):
+        return None
+    found = [task for task, key in GROUNDING_KEYS.items() if key in value]
+    if len(found) != 1:
+        return None
+    coords = parse_grounding(target, found[0])
+    return None if coords is None else (found[0], coords)
+
+
+def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
+    """Intersection over union of two boxes [x1, y1, x2, y2] (x2 >= x1, y2 >= y1). Two boxes without area
+    have IoU 1 when they are the same box, else 0."""
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    inter = max(0.0, w) * max(0.0, h)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    if union <= 0:
+        return float(tuple(a) == tuple(b))
+    return inter / union
+
+
+def corner_error(a: Sequence[float], b: Sequence[float]) -> float:
+    """Mean Euclidean distance between the corresponding corners (x1, y1) and (x2, y2) of two boxes."""
+    return (math.dist(a[:2], b[:2]) + math.dist(a[2:], b[2:])) / 2
+
+
+def point_in_box(point: Sequence[float], box: Sequence[float]) -> bool:
+    """x1 <= x <= x2 and y1 <= y <= y2 (edges inside)."""
+    return box[0] <= point[0] <= box[2] and box[1] <= point[1] <= box[3]
+
+
+def grounding_scores(prediction: str, target: str, *, task: str | None = None,
+                     target_box: Sequence[float] | None = None, target_point: Sequence[float] | None = None) -> dict:
+    """Scores of one grounding answer, in the answer's coordinates (pixels of the resized image, or 0..1000).
+
+    The task (point | box) and the target geometry come from the keywords when given (a reader's meta),
+    else from the target text (`grounding_answer`): for a box question the target box, for a point
+    question the target point and, for point_in_box, the object's box (`target_box`; without it
+    point_in_box is None). Returns, with `no_valid_answer` 1.0 when `parse_grounding` finds nothing:
+    - box: iou (0 for no valid answer), iou_at_0.5 (iou >= IOU_THRESHOLD), corner_error_px (None for no
+      valid answer);
+    - point: point_in_box (0 for no valid answer), centre_error_px (distance to the target point; None
+      for no valid answer).
+    ValueError when the target gives no task or geometry.
+    """
+    parsed = grounding_answer(target)
+    if task is None:
+        if parsed is None:
+            raise ValueError(f"grounding target {target!r} holds no point_2d or bbox_2d answer")
+        task = parsed[0]
+    if task not in GROUNDING_KEYS:
+        raise ValueError(f"grounding task must be one of {', '.join(GROUNDING_KEYS)}, got {task!r}")
+    own = parsed[1] if parsed is not None and parsed[0] == task else None
+    truth = target_box if task == "box" else target_point
+    truth = tuple(float(v) for v in truth) if truth is not None else own
+    if truth is None:
+        raise ValueError(f"grounding target {target!r} gives no {task} to score against")
+    pred = parse_grounding(prediction, task)
+    scores: dict = {"no_valid_answer": float(pred is None)}
+    if task == "box":
+        iou = 0.0 if pred is None else box_iou(pred, truth)
+        scores.update(iou=iou, **{f"iou_at_{IOU_THRESHOLD:g}": float(iou >= IOU_THRESHOLD)},
+                      corner_error_px=None if pred is None else corner_error(pred, truth))
+    else:
+        inside = None if target_box is None else float(pred is not None and point_in_box(pred, target_box))
+        scores.update(point_in_box=inside, centre_error_px=None if pred is None else math.dist(pred, truth))
+    return scores

@@ -6,7 +6,8 @@ DIR/report.md, DIR/analysis.json and PNG plots. The pure parts (`align_digits`, 
 name is importable from here. One module a part, each importing only those listed before it:
 - formatting: figures as text, markdown tables, PNG figures on the Agg canvas (shared by the reports);
 - digits: digits aligned by place, their tally and its chance; chance: the pairs of records chance uses;
-- numbers, clocks, collapse: the figures of numeric answers, of clock answers, of a run repeating itself;
+- numbers, clocks, grounding, collapse: the figures of numeric answers, of clock answers, of points and
+  boxes, of a run repeating itself;
 - records: reading and checking records, their kind, `analyze_records`;
 - headline_figures: `headline`, `compare_runs`; runinfo: the run behind a predictions file;
 - plots, report: the PNGs; report.md and analysis.json.
@@ -21,6 +22,9 @@ digit and clock analyses use the first target. Sources match the task registry c
 `unknown_sources` and named in the report.
 
 Every record falls in exactly one kind, all counted in the report:
+- "grounding": source "grounding" or a target that is a JSON point or box answer ({"point_2d": [x, y], ...}
+  or {"bbox_2d": [x1, y1, x2, y2], ...}), and the record gives a task and its geometry (below);
+- "grounding_bad_target": source "grounding" but no task or geometry could be read;
 - "clock": source "clocks" or a target that is exactly a time ("10:07"), and the target holds a time;
 - "clock_non_time_target": source "clocks" but the target holds no time;
 - "numeric": the target parses with `metrics.parse_decimal` ("1,234", "-3.5", "45%", "$12", "1.5k", ...; ASCII
@@ -57,6 +61,18 @@ and the predicted minute is within `swap_tolerance` (default 5.0) minutes, circu
 dial, of where the hour hand points, (target hour mod 12) * 5 + target minute / 12; a prediction that is
 right on hour and minute is never counted as swapped.
 
+Grounding (`metrics.parse_grounding`; coordinates as the answer writes them, pixels of the resized image
+or 0..1000). The task (point | box) and the target come from the record's meta as the grounding reader
+writes it (task, target_box, target_point, in the answer's coordinates), else from the first target's JSON
+answer (then a point question has no object box and is left out of point-in-box). Box questions: IoU with
+the target box, averaged over every box record (an answer giving no valid box scores 0), the share with
+IoU >= 0.5 (IOU_THRESHOLD), and the corner error (mean Euclidean distance of the two corners) over the
+answers giving a box. Point questions: point-in-box (the object's box, edges inside; no valid point is a
+miss) and the centre error (distance to the target point) over the answers giving a point. "No valid
+answer": the share of grounding records whose answer gives no point or box for its task (malformed or
+truncated JSON, the wrong key, a box with x2 < x1 or y2 < y1). Chance pairs records of the same task only
+(a box answer scored against another box record's box); there is no best constant for these figures.
+
 Chance (`chance` entries): the expected score of a predictor that ignores the input but knows the target
 distribution, i.e. each record's target scored against the answer of another record (that record's first
 target), averaged over every ordered pair of distinct records. Computed exactly over the distinct answers
@@ -86,6 +102,7 @@ from .digits import (
     digit_places,
     place_name,
 )
+from .grounding import GroundingTarget, grounding_target
 from .headline_figures import Metric, compare_runs, headline
 from .numbers import ABS_WITHIN, REL_THRESHOLDS, REL_TOLERANCES
 from .records import CHART_SOURCES, KINDS, TEXT_SOURCES, analyze_records, load_predictions, record_kind
@@ -96,7 +113,7 @@ __all__ = [
     "ABS_WITHIN", "CHANCE_TEXT", "CHART_SOURCES", "CLOCK_PLACES", "COLLAPSE_DISTINCT", "COLLAPSE_SHARE", "GAP_BIN",
     "GAP_BUCKETS", "IDENTITY_KEYS", "KINDS", "PAIR_LIMIT", "PAIR_SAMPLES", "PAIR_SEED", "REL_THRESHOLDS",
     "REL_TOLERANCES", "SWAP_TOLERANCE", "TEXT_SOURCES", "WITHIN_MINUTES", "WORST_GAP",
-    "DigitPair", "Metric", "align_digits", "analyze_records", "canonical_digits", "clock_digit_pairs",
-    "collapse_check", "compare_runs", "curve_series", "digit_places", "find_run_dir", "headline", "load_predictions",
+    "DigitPair", "GroundingTarget", "Metric", "align_digits", "analyze_records", "canonical_digits", "clock_digit_pairs",
+    "collapse_check", "compare_runs", "curve_series", "digit_places", "find_run_dir", "grounding_target", "headline", "load_predictions",
     "load_run_info", "place_name", "record_kind", "swapped_hands", "write_report",
 ]

@@ -32,7 +32,9 @@ def headline(a: Mapping) -> list[Metric]:
     sources), the numeric figures (value exact and within relative tolerance when text sources are present;
     MAE, within ±1 / ±2, non-numeric answers, digit accuracy overall and per place), the clock figures
     (hour, minute, exact, within 5 min, mean gap over answers holding a time and worst case, no time,
-    digit accuracy per place). Only those that apply to the run's records."""
+    digit accuracy per place), the grounding figures (mean IoU, IoU >= 0.5 and corner error of box answers;
+    point-in-box and centre error of point answers; no valid answer). Only those that apply to the run's
+    records."""
     figs = [Metric("exact_match", "exact match", a["exact_match"], a["records"], "records", a["exact_match_count"],
                    a["chance"]["exact_match"], a["chance"]["constant"]["exact_match"],
                    a["chance"]["constant"]["exact_match_answer"])]
@@ -81,6 +83,35 @@ def headline(a: Mapping) -> list[Metric]:
         figs.append(Metric("no_time_rate", "answer holds no time", clk["rates"]["no_time"], n, "clock answers",
                            clk["no_time"], lower_is_better=True))
         figs += _digit_figures(clk, "clock ")
+    figs += _grounding_figures(a.get("grounding") or {})
+    return figs
+
+
+def _grounding_figures(g: Mapping) -> list[Metric]:
+    if not g.get("records"):
+        return []
+    ch, figs = g.get("chance") or {}, []
+    boxes, points = g["box_records"], g["point_records"]
+    if boxes:
+        thr = f"{g['iou_threshold']:g}"
+        figs += [
+            Metric("iou", "mean IoU (no valid box = 0)", g["iou_mean"], boxes, "box answers", None, ch.get("iou_mean")),
+            Metric(f"iou_at_{thr}", f"IoU >= {thr}", g["iou_at_threshold_rate"], boxes, "box answers",
+                   g["iou_at_threshold"], ch.get("iou_at_threshold_rate")),
+            Metric("corner_error", "mean corner error (answer units), answers giving a box", g["corner_error"]["mean"],
+                   g["corner_error"]["analysed"], "box answers giving a box", None, ch.get("corner_error_mean"),
+                   lower_is_better=True, total=boxes)]
+    if points:
+        if g["point_in_box_records"]:
+            figs.append(Metric("point_in_box", "point in box", g["point_in_box_rate"], g["point_in_box_records"],
+                               "point answers with a target box", g["point_in_box"], ch.get("point_in_box_rate"),
+                               total=points))
+        figs.append(Metric("centre_error", "mean centre error (answer units), answers giving a point", g["centre_error"]["mean"],
+                           g["centre_error"]["analysed"], "point answers giving a point", None,
+                           ch.get("centre_error_mean"), lower_is_better=True, total=points))
+    figs.append(Metric("no_valid_answer_rate", "answer gives no valid point or box", g["no_valid_answer_rate"],
+                       g["records"], "grounding answers", g["no_valid_answer"], ch.get("no_valid_answer_rate"),
+                       lower_is_better=True))
     return figs
 
 

@@ -15,6 +15,7 @@ from vlm_smmd.data.records import iter_lines
 from vlm_smmd.data.tasks import TASKS, names_with
 from vlm_smmd.metrics import (
     exact_match,
+    grounding_answer,
     normalize_answer,
     parse_decimal,
     parse_time,
@@ -26,11 +27,13 @@ from .chance import distinct_records, pair_mean, record_pairs
 from .clocks import SWAP_TOLERANCE, clock_analysis, clock_chance
 from .collapse import collapse_check
 from .digits import rate
+from .grounding import grounding_analysis, grounding_chance, grounding_target
 from .numbers import numeric_analysis, numeric_chance
 
-KINDS = ("numeric", "non_numeric_target", "clock", "clock_non_time_target")
+KINDS = ("numeric", "non_numeric_target", "clock", "clock_non_time_target", "grounding", "grounding_bad_target")
 CHART_SOURCES = names_with("relaxed")
 TEXT_SOURCES = names_with("final_number")
+GROUNDING_SOURCES = names_with("grounding")
 _TASK_NAMES = {name.lower(): name for name in TASKS}
 
 
@@ -88,6 +91,8 @@ def load_predictions(path) -> list[dict]:
 def record_kind(record: Mapping) -> str:
     """One of KINDS for a checked record (see the package docstring)."""
     target = record["targets"][0]
+    if record["source"] in GROUNDING_SOURCES or grounding_answer(target) is not None:
+        return "grounding" if grounding_target(record) is not None else "grounding_bad_target"
     if record["source"] == "clocks" or parse_time(target, whole=True) is not None:
         return "clock" if parse_time(target) is not None else "clock_non_time_target"
     return "numeric" if parse_decimal(target) is not None else "non_numeric_target"
@@ -117,16 +122,17 @@ def _answer_chance(records: Sequence[Mapping]) -> dict:
 def analyze_records(records: Iterable[Mapping], *, swap_tolerance: float = SWAP_TOLERANCE,
                     chance: bool = True) -> dict:
     """The full analysis of one run as a JSON-serialisable dict (keys: records, unknown_sources, kinds,
-    exact_match, relaxed_accuracy, by_source, numeric, clock, chance, collapse). Exact match is `metrics.exact_match`
-    with its defaults (case-insensitive, whitespace-normalised), relaxed accuracy the ChartQA one over
-    chart-source records (None without any), both max over targets. numeric / clock hold "chance" and
+    exact_match, relaxed_accuracy, by_source, numeric, clock, grounding, chance, collapse). Exact match is
+    `metrics.exact_match` with its defaults (case-insensitive, whitespace-normalised), relaxed accuracy the
+    ChartQA one over chart-source records (None without any), both max over targets. numeric / clock hold "chance" and
     "constant" entries (package docstring). Raw per-record relative errors and clock gaps are kept, sorted,
     under numeric.relative_error.values and clock.gaps (for plots). With chance=False the chance and
-    best-constant entries are left empty (None figures): faster, for many runs of one evaluation set."""
+    best-constant entries are left empty (None figures): faster, for many runs of one evaluation set.
+    grounding holds a "chance" entry only (no best constant)."""
     recs = [_checked(r, f"record {i} (id {r.get('id')!r})" if isinstance(r, dict) else f"record {i}")
             for i, r in enumerate(records)]
     kinds: Counter = Counter()
-    numeric_pairs, clock_pairs = [], []
+    numeric_pairs, clock_pairs, grounding_pairs = [], [], []
     by_source: dict[str, Counter] = {}
     em_total = relaxed_total = 0.0
     n_chart = 0
@@ -146,10 +152,14 @@ def analyze_records(records: Iterable[Mapping], *, swap_tolerance: float = SWAP_
             numeric_pairs.append((r["prediction"], r["targets"][0]))
         elif kind == "clock":
             clock_pairs.append((r["prediction"], parse_time(r["targets"][0])))
+        elif kind == "grounding":
+            grounding_pairs.append((r["prediction"], grounding_target(r)))
     distinct = distinct_records(recs) if chance else []
     numeric = numeric_analysis(numeric_pairs)
     clock = clock_analysis(clock_pairs, swap_tolerance)
+    grounding = grounding_analysis(grounding_pairs)
     if chance:
+        grounding.update(grounding_chance([grounding_target(r) for r in distinct if record_kind(r) == "grounding"]))
         numeric.update(numeric_chance([r["targets"][0] for r in distinct if record_kind(r) == "numeric"]))
         clock.update(clock_chance([parse_time(r["targets"][0]) for r in distinct if record_kind(r) == "clock"],
                                   swap_tolerance))
@@ -157,6 +167,7 @@ def analyze_records(records: Iterable[Mapping], *, swap_tolerance: float = SWAP_
         for part in (numeric, clock):
             part.update(chance={"method": "not computed", "places": {}, "digit_error_fractions": [None] * 10},
                         constant={})
+        grounding.update(chance={"method": "not computed"})
     n = len(recs)
     unknown = Counter(r["source"] for r in recs if r["source"] not in TASKS)
     return {
@@ -174,6 +185,7 @@ def analyze_records(records: Iterable[Mapping], *, swap_tolerance: float = SWAP_
                       for s, c in sorted(by_source.items())},
         "numeric": numeric,
         "clock": clock,
+        "grounding": grounding,
         "chance": _answer_chance(distinct) if chance else {
             "method": "not computed", "exact_match": None, "relaxed_accuracy": None,
             "constant": {"exact_match": None, "exact_match_answer": None}},

@@ -11,6 +11,7 @@ from vlm_smmd.data.tasks import TASKS
 
 from .clocks import GAP_BUCKETS, WITHIN_MINUTES, WORST_GAP
 from .collapse import COLLAPSE_DISTINCT, COLLAPSE_SHARE
+from .digits import rate
 from .formatting import fmt, md_table
 from .headline_figures import Metric, compare_runs, headline
 from .numbers import ABS_WITHIN, REL_THRESHOLDS, REL_TOLERANCES
@@ -78,7 +79,9 @@ def _summary(analyses: Mapping[str, dict]) -> list[str]:
     lines += md_table(header, rows)
     methods = {f"{what}: {part['method']}" for r in chance_cols for what, part in (
         ("answers", analyses[r]["chance"]), ("numbers", analyses[r]["numeric"]["chance"]),
-        ("clocks", analyses[r]["clock"]["chance"])) if part.get("records", 2) >= 2}
+        ("clocks", analyses[r]["clock"]["chance"]),
+        ("points and boxes", (analyses[r].get("grounding") or {}).get("chance") or {"records": 0}))
+        if part.get("records", 2) >= 2}
     lines += [f"Chance computed {'; '.join(sorted(methods))}.", ""]
     return lines
 
@@ -217,8 +220,8 @@ def write_report(analyses: Mapping[str, dict], out_dir, *, inputs: Mapping[str, 
     md += _run_section(runs, run_info, analyses, out, plots)
 
     md += ["## Records by kind", "",
-           "Every record is counted in exactly one kind; only `numeric` records enter the digit analysis and only "
-           "`clock` records the clock analysis.", ""]
+           "Every record is counted in exactly one kind; only `numeric` records enter the digit analysis, only "
+           "`clock` records the clock analysis and only `grounding` records the point and box figures.", ""]
     md += md_table(["kind", *runs], [[k, *(analyses[r]["kinds"][k] for r in runs)] for k in KINDS])
     sources = sorted({s for a in analyses.values() for s in a["by_source"]})
     md += md_table(["source: records / exact match / relaxed accuracy", *runs],
@@ -231,6 +234,9 @@ def write_report(analyses: Mapping[str, dict], out_dir, *, inputs: Mapping[str, 
     clock = {r: analyses[r]["clock"] for r in runs}
     if any(c["records"] for c in clock.values()):
         md += _clock_section(runs, clock, plots)
+    grounding = {r: analyses[r].get("grounding") or {"records": 0} for r in runs}
+    if any(g["records"] for g in grounding.values()):
+        md += _grounding_section(runs, grounding)
 
     (out / "analysis.json").write_text(json.dumps(
         {"runs": analyses, "comparison": compare_runs(analyses), "inputs": inputs, "notes": list(notes),
@@ -346,4 +352,45 @@ def _clock_section(runs, clock, plots) -> list[str]:
         md += _digit_tables(runs, clock, plots, "clock_", "####")
     else:
         md += ["No answer holds a time: no digit analysis.", ""]
+    return md
+
+
+def _grounding_section(runs, grounding) -> list[str]:
+    runs = [r for r in runs if grounding[r]["records"]]
+    g0 = grounding[runs[0]]
+    ch = g0["chance"]
+    thr = f"{g0['iou_threshold']:g}"
+    md = ["## Points and boxes", "",
+          "Coordinates as the answer writes them (pixels of the resized image, or 0..1000). IoU and the IoU "
+          f">= {thr} share are over every box record (an answer giving no valid box scores 0); point in box over "
+          "every point record with a target box (no valid point is a miss); corner and centre errors over the "
+          "answers giving a box or a point. Chance pairs records of the same task.", ""]
+
+    def count(r, key, n_key):
+        g = grounding[r]
+        return f"{g[key]}/{g[n_key]} ({fmt(rate(g[key], g[n_key]))})"
+
+    def error(r, key, n_key):
+        e = grounding[r][key]
+        return f"{fmt(e['mean'])} (median {fmt(e['median'])}; over {e['analysed']} of {grounding[r][n_key]})"
+
+    rows = [["grounding records", *(grounding[r]["records"] for r in runs), "–"],
+            ["answers giving no valid point or box", *(count(r, "no_valid_answer", "records") for r in runs),
+             ch.get("no_valid_answer_rate")]]
+    if any(grounding[r]["box_records"] for r in runs):
+        rows += [["box records", *(grounding[r]["box_records"] for r in runs), "–"],
+                 ["mean IoU", *(grounding[r]["iou_mean"] for r in runs), ch.get("iou_mean")],
+                 [f"IoU >= {thr}", *(count(r, "iou_at_threshold", "box_records") for r in runs),
+                  ch.get("iou_at_threshold_rate")],
+                 ["corner error (mean of the two corners' distances)",
+                  *(error(r, "corner_error", "box_records") for r in runs), ch.get("corner_error_mean")],
+                 ["no valid box", *(grounding[r]["no_valid_box"] for r in runs), "–"]]
+    if any(grounding[r]["point_records"] for r in runs):
+        rows += [["point records", *(grounding[r]["point_records"] for r in runs), "–"],
+                 ["point in box", *(count(r, "point_in_box", "point_in_box_records") for r in runs),
+                  ch.get("point_in_box_rate")],
+                 ["centre error (distance to the target point)",
+                  *(error(r, "centre_error", "point_records") for r in runs), ch.get("centre_error_mean")],
+                 ["no valid point", *(grounding[r]["no_valid_point"] for r in runs), "–"]]
+    md += md_table(["", *runs, "chance"], rows)
     return md

@@ -1,4 +1,4 @@
-"""Data sources as Samples: charts (ChartQA, PlotQA, DVQA), synthetic clocks, and the text tasks (GSM8K,
+"""Data sources as Samples: charts (ChartQA, PlotQA, DVQA), synthetic clocks and grounding, and the text tasks (GSM8K,
 SVAMP, DeepMind Mathematics, synthetic arithmetic and word problems; `image=None`); the collator is `data.collator`."""
 
 from importlib import import_module

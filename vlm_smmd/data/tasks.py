@@ -9,6 +9,8 @@ Metric kinds (`Task.metric`):
 - "relaxed": chart QA; exact match plus relaxed accuracy (ChartQA's 5% rule), max over the labels.
 - "final_number": text problems; the final number of the generation against the exact final answer.
 - "clock": clock readings on the 12-hour dial (time exact, hour / minute correct, gap in minutes).
+- "grounding": a point or a box of a named object (IoU, IoU >= 0.5, point-in-box, corner and centre errors
+  in the answer's coordinates, answers giving no valid point or box).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import import_module
 
-METRIC_KINDS = ("relaxed", "final_number", "clock")
+METRIC_KINDS = ("relaxed", "final_number", "clock", "grounding")
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,14 @@ TASKS = {t.name: t for t in (
     Task("arithmetic", "arithmetic:read_arithmetic", "final_number", ("operation",), image=False),
     Task("word_problems", "word_problems:read_word_problems", "final_number", ("template", "steps", "distractor"),
          image=False, unseen_key="template"),  # its test_unseen holds out templates; answers recur
+    Task("grounding", "grounding:read_grounding", "grounding", ("task", "coords"),
+         unseen_key="position"),  # its test_unseen holds out the target's grid cells
 )}
 
 # `synthesize:` kinds: the synthetic set rendered into data_root, and the task whose layout it is written in
 # (bars: unlabelled bars against an axis, in ChartQA's layout). "none" renders nothing.
 SYNTHESIZERS = {"clocks": "clocks", "chartqa": "chartqa", "plotqa": "plotqa", "dvqa": "dvqa", "bars": "chartqa",
-                "arithmetic": "arithmetic", "word_problems": "word_problems"}
+                "arithmetic": "arithmetic", "word_problems": "word_problems", "grounding": "grounding"}
 
 
 def task(name: str) -> Task:

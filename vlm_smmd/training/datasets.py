@@ -20,7 +20,7 @@ def synthesize_if_missing(data_args) -> None:
     """Render the synthetic set named by `data_args.synthesize` into data_root, or reuse what is there
     when it was rendered with the same settings (a mismatch is an error, never silently ignored).
 
-    Clocks, arithmetic and word problems write every split at once (their `splits` option); charts are written one
+    Clocks, grounding, arithmetic and word problems write every split at once (their `splits` option); charts are written one
     split at a time: the training split, the eval split and every test split (`test_splits`); with the option
     unseen_fraction, a split whose name holds "unseen" gets only the held-out values, the others none."""
     kind = data_args.synthesize
@@ -43,6 +43,10 @@ def synthesize_if_missing(data_args) -> None:
             from data_synth.writer import write_clock_dataset
 
             write_clock_dataset(root, wanted["num"], wanted["seed"], size=wanted["size"], resume=interrupted, **options)
+        elif kind == "grounding":
+            from data_synth.grounding import write_grounding_dataset
+
+            write_grounding_dataset(root, wanted["num"], wanted["seed"], resume=interrupted, **options)
         elif kind == "arithmetic":
             from data_synth.arithmetic import write_arithmetic_dataset
 

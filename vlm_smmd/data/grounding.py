@@ -1,0 +1,143 @@
+"""Reader of grounding datasets written by `data-synth grounding` (an imagefolder per split; the row layout
+is in `data_synth.grounding`'s docstring)."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+
+from ..metrics import GROUNDING_KEYS, parse_grounding
+from .records import SampleList, iter_lines
+from .sample import DataError, Sample, SkipLog, check_on_error, is_blank, resolve_in_root
+
+SOURCE = "grounding"
+COORDS = ("absolute", "norm1000")
+_REQUIRED = ("file_name", "question", "answer")
+_SIZES = ("width", "height", "resized_width", "resized_height")
+
+
+def read_grounding(root, split: str, on_error: str = "raise") -> SampleList:
+    """Samples of `root/split/metadata.jsonl`, in file order.
+
+    Sample: image = path of the PNG (opened lazily), question, answer = the metadata answer text
+    ('{"bbox_2d": [197, 175, 279, 257], "label": "red triangle"}'), source "grounding", id = the image's
+    file stem, meta = the row's other fields (task, coords, label, answer_coords, target, position, objects,
+    sizes, ...) plus, in the answer's coordinates, `target_box` (the target's box scaled and rounded
+    outward, as the writer rounds a box answer) and `target_point` (its centre scaled and rounded half up,
+    as a point answer), so that scoring needs no parsing: for a box question target_box is the answer, for a
+    point question target_point is, and target_box is the box a point must fall in.
+
+    A malformed line raises DataError naming the file and line: not UTF-8 or not JSON; file_name, question
+    or answer missing or blank; task not point | box; coords not absolute | norm1000; a size not a positive
+    integer; target.box or target.point not numbers (x2 >= x1, y2 >= y1); answer_coords not the answer
+    text's coordinates, or not the target's geometry in the answer's convention. So does a path outside
+    the split folder or a missing image. With on_error="skip" such records are skipped, counted and
+    reported once.
+    """
+    check_on_error(on_error)
+    split_dir = Path(root) / split
+    meta_path = split_dir / "metadata.jsonl"
+    if not meta_path.is_file():
+        found = sorted(p.name for p in Path(root).iterdir() if (p / "metadata.jsonl").is_file()) \
+            if Path(root).is_dir() else []
+        raise DataError(f"{meta_path}: no such file (split {split!r}; splits found in {root}: "
+                        f"{', '.join(found) or 'none'})")
+    skipped = SkipLog(SOURCE)
+    samples = []
+    for lineno, start, data in iter_lines(meta_path):  # bytes: a line that is not UTF-8 is one bad record
+        if not data.strip():
+            continue
+        try:
+            samples.append(_sample(data, start, split_dir, meta_path, lineno))
+        except DataError as e:
+            if on_error == "raise":
+                raise
+            skipped.add(e)
+    skipped.report()
+    return SampleList(samples, skipped)
+
+
+def answer_scale(row: dict) -> tuple[Fraction, Fraction]:
+    """(x, y) factors from original pixels to the answer's convention: resized / original for "absolute",
+    1000 / side for "norm1000" (as the writer scales)."""
+    if row["coords"] == "absolute":
+        return Fraction(row["resized_width"], row["width"]), Fraction(row["resized_height"], row["height"])
+    return Fraction(1000, row["width"]), Fraction(1000, row["height"])
+
+
+def scaled_box(box, scale) -> list[int]:
+    """A box in original pixels in the answer's integers: scaled, corners rounded outward."""
+    (sx, sy), (x1, y1, x2, y2) = scale, (Fraction(v) for v in box)
+    return [math.floor(x1 * sx), math.floor(y1 * sy), math.ceil(x2 * sx), math.ceil(y2 * sy)]
+
+
+def scaled_point(point, scale) -> list[int]:
+    """A point in original pixels in the answer's integers: scaled, rounded half up."""
+    return [math.floor(Fraction(v) * s + Fraction(1, 2)) for v, s in zip(point, scale)]
+
+
+def _numbers(value, size: int) -> bool:
+    return isinstance(value, list) and len(value) == size and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+
+
+def _geometry(row: dict, where: str) -> tuple[list[int], list[int]]:
+    """(target_box, target_point) in the answer's coordinates; DataError for a field that does not fit."""
+    def bad(what: str):
+        return DataError(f"{where}: malformed record ({what})")
+
+    if row.get("task") not in GROUNDING_KEYS:
+        raise bad(f"'task' must be one of {', '.join(GROUNDING_KEYS)}, got {row.get('task')!r}")
+    if row.get("coords") not in COORDS:
+        raise bad(f"'coords' must be one of {', '.join(COORDS)}, got {row.get('coords')!r}")
+    for key in _SIZES:
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad(f"{key!r} must be a positive integer, got {value!r}")
+    target = row.get("target")
+    box = target.get("box") if isinstance(target, dict) else None
+    point = target.get("point") if isinstance(target, dict) else None
+    if not _numbers(box, 4) or box[2] < box[0] or box[3] < box[1]:
+        raise bad(f"'target.box' must be [x1, y1, x2, y2] with x2 >= x1 and y2 >= y1, got {box!r}")
+    if not _numbers(point, 2):
+        raise bad(f"'target.point' must be [x, y], got {point!r}")
+    scale = answer_scale(row)
+    target_box, target_point = scaled_box(box, scale), scaled_point(point, scale)
+    answer = parse_grounding(row["answer"], row["task"])
+    coords = row.get("answer_coords")
+    if answer is None or not _numbers(coords, len(answer)) or list(answer) != coords:
+        raise bad(f"'answer' {row['answer']!r} does not give the {row['task']} in 'answer_coords' {coords!r}")
+    expected = target_box if row["task"] == "box" else target_point
+    if coords != expected:
+        raise bad(f"'answer_coords' {coords} is not the target's {row['task']} {expected} in {row['coords']} "
+                  "coordinates")
+    return target_box, target_point
+
+
+def _sample(data: bytes, start: int, split_dir: Path, meta_path: Path, lineno: int) -> Sample:
+    """The Sample of the line `data` (line `lineno`, at byte `start` of the file)."""
+    where = f"{meta_path}:{lineno}"
+    try:
+        line = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{where}: malformed record (not valid UTF-8: {e.reason} at byte {start + e.start})") from None
+    try:
+        row = json.loads(line)
+    except ValueError as e:  # not JSON, or an integer past Python's digit limit
+        raise DataError(f"{where}: malformed record (not JSON: {getattr(e, 'msg', e)})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: malformed record (expected a JSON object)")
+    for key in _REQUIRED:
+        if not isinstance(row.get(key), str) or is_blank(row[key]):
+            raise DataError(f"{where}: malformed record ({key!r} missing or not a non-empty string)")
+    target_box, target_point = _geometry(row, where)
+    record = f"{where} ({row['file_name']})"
+    path = resolve_in_root(split_dir, row["file_name"], record=record, source=SOURCE)
+    if not path.is_file():
+        raise DataError(f"{path}: image missing (record {record!r} of {SOURCE})")
+    meta = {k: v for k, v in row.items() if k not in _REQUIRED}
+    meta.update(target_box=target_box, target_point=target_point)
+    return Sample(image=str(path), question=row["question"], answer=row["answer"], source=SOURCE,
+                  id=Path(row["file_name"]).stem, meta=meta)
