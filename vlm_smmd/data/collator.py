@@ -31,6 +31,7 @@ IGNORE_INDEX = -100
 # left, and per-image tensors concatenated over the batch in row order.
 TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids")
 IMAGE_KEYS = ("pixel_values", "image_grid_thw")
+SPAN_MEMO_SIZE = 2**16  # samples whose numeric-span token masks a collator remembers (about 1 KiB each)
 
 
 def build_messages(sample: Sample, *, system_prompt: str | None = None, instruction: str | None = None,
@@ -64,7 +65,8 @@ class VLMCollator:
     Returns a dict (B rows after skips, T the padded length):
       input_ids, attention_mask: LongTensor [B, T], left-padded (pad id, 0);
       labels: LongTensor [B, T], -100 except the answer tokens and the family's closing end-of-turn token;
-      numeric_mask: BoolTensor [B, T], True where the label is a V_num token;
+      numeric_mask: BoolTensor [B, T], True where the label is a V_num token (and, for a sample with
+        `numeric_spans`, lies inside one of them: `_span_mask`);
       skipped_samples: LongTensor [] (only with on_error="skip"), samples of this call left out;
       and every key the processor returns: Qwen VL mm_token_type_ids [B, T], pixel_values [P, C*t*p*p],
       image_grid_thw [N_img, 3]; Mllama pixel_values [B, I, tiles, C, H, W], aspect_ratio_ids [B, I],
@@ -124,6 +126,7 @@ class VLMCollator:
         cacheable = cache_mb > 0 and (not self.family.vision or self.family.resize_factor is not None)
         self.row_cache: dict | None = {} if cacheable else None
         self.row_cache_bytes, self.row_cache_budget = 0, cache_mb * 2**20
+        self._span_memo: dict = {}  # (answer ids, answer, spans) -> which ids lie inside the spans
 
     # -- per sample -------------------------------------------------------------------------------
     def resize(self, image, where: str = ""):
@@ -214,7 +217,8 @@ class VLMCollator:
             kept, batch = self._processed(kept, texts, images, len(samples))
 
         batch["labels"] = self._labels(batch["input_ids"], kept)
-        batch["numeric_mask"] = self.numeric_vocab.mask(batch["labels"])
+        batch["numeric_mask"] = self.numeric_vocab.mask(batch["labels"]) & self._span_mask(batch["input_ids"],
+                                                                                           batch["labels"], kept)
         positions = self.family.position_ids(batch, self.processor)
         if positions is not None:
             batch["position_ids"] = positions
@@ -359,12 +363,68 @@ class VLMCollator:
         span = (pos >= start[:, None]) & (pos <= end[:, None])
         return torch.where(span, input_ids, IGNORE_INDEX)
 
+    def _span_mask(self, input_ids: torch.Tensor, labels: torch.Tensor, kept) -> torch.Tensor:
+        """BoolTensor [B, T]: False at the answer tokens outside the sample's `numeric_spans`, True elsewhere
+        (everywhere in rows whose sample has numeric_spans None), so `& numeric_mask` keeps the numeric
+        tokens inside the spans. A span that does not start and end on token boundaries is a DataError
+        naming the record."""
+        keep = torch.ones_like(labels, dtype=torch.bool)
+        for row, sample in enumerate(kept):
+            spans = getattr(sample, "numeric_spans", None)
+            if spans is None:
+                continue
+            answer_pos = torch.nonzero(labels[row] != IGNORE_INDEX).flatten()[:-1]  # less the end-of-turn token
+            spans = spans_checked(spans, sample.answer, f"record {sample.id!r} of {sample.source}")
+            ids = input_ids[row, answer_pos].tolist()
+            key = (tuple(ids), sample.answer, tuple(spans))
+            inside = self._span_memo.get(key)
+            if inside is None:  # ~0.2 ms a sample (the prefix decodes); remembered, as rows are, across epochs
+                inside = self._tokens_in_spans(ids, sample, spans)
+                if len(self._span_memo) < SPAN_MEMO_SIZE:
+                    self._span_memo[key] = inside
+            keep[row, answer_pos] = torch.tensor(inside, dtype=torch.bool)
+        return keep
+
+    def _tokens_in_spans(self, ids: list[int], sample: Sample, spans: list[tuple[int, int]]) -> list[bool]:
+        """For each answer token id, whether it lies inside one of `spans` (character spans of sample.answer).
+
+        Token boundaries come from decoding every prefix of the ids: character c of the labelled text is a
+        boundary after k tokens exactly when the first k tokens decode to the text's first c characters, so
+        a span is mapped only when its tokens provably spell it (a token ending inside a multi-byte
+        character is no boundary). The answer is found in the labelled text as written, or stripped (the
+        Llama-3 templates trim it)."""
+        where = f"record {sample.id!r} of {sample.source}"
+        answer = sample.answer
+        prefixes = self.tokenizer.batch_decode([ids[:k] for k in range(len(ids) + 1)], skip_special_tokens=False,
+                                               clean_up_tokenization_spaces=False)
+        text = prefixes[-1]
+        at, found = text.find(answer), True  # text offset = answer offset + at
+        if at < 0:
+            at = text.find(answer.strip())
+            found = at >= 0 and bool(answer.strip())
+            at -= len(answer) - len(answer.lstrip())  # spans keep the offsets of the answer as written
+        if not found:
+            raise DataError(f"the answer tokens do not spell the answer, so its numeric spans cannot be placed "
+                            f"(answer {answer!r}, tokens {text!r}, {where})")
+        boundary = {len(p): k for k, p in enumerate(prefixes) if text.startswith(p)}  # character -> tokens
+        inside = [False] * len(ids)
+        for span in spans:
+            first, last = boundary.get(span[0] + at), boundary.get(span[1] + at)
+            if first is None or last is None:
+                raise DataError(f"numeric span {list(span)} ({answer[span[0]:span[1]]!r}) does not fall on token "
+                                f"boundaries of the answer {answer!r} ({where})")
+            inside[first:last] = [True] * (last - first)
+        return inside
+
     def measure(self, sample: Sample) -> int:
         """Tokens the sample's training chat takes, without building pixel values; the same checks as a
-        batch (image decodes and has a usable size, answer non-empty, no special tokens): DataError names
-        the record. Equals the sample's row length in `self([sample])`."""
+        batch (image decodes and has a usable size, answer non-empty, no special tokens, numeric spans on
+        token boundaries): DataError names the record. Equals the sample's row length in `self([sample])`."""
         text, images = self._prepare(sample, with_answer=True)
-        length = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        if getattr(sample, "numeric_spans", None) is not None:
+            self._span_mask(ids, self._labels(ids, [sample]), [sample])
+        length = ids.shape[1]
         return length + sum(self.family.placeholder_tokens(img, self.processor) - 1 for img in images)
 
     def prompt_batch(self, samples: list[Sample]) -> dict:
@@ -375,6 +435,20 @@ class VLMCollator:
             raise ValueError("prompt_batch got an empty list of samples")
         kept, texts, images = self._gather(samples, with_answer=False, on_error="raise")
         return self._process(texts, images, kept)
+
+
+def spans_checked(spans, answer: str, where: str) -> list[tuple[int, int]]:
+    """`numeric_spans` as (start, end) pairs with 0 <= start < end <= len(answer); DataError otherwise."""
+    if not isinstance(spans, (tuple, list)):
+        raise DataError(f"numeric_spans must be a list of [start, end) pairs, got {spans!r} ({where})")
+    checked = []
+    for span in spans:
+        ok = isinstance(span, (tuple, list)) and len(span) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in span)
+        if not ok or not 0 <= span[0] < span[1] <= len(answer):
+            raise DataError(f"numeric span {span!r} is not [start, end) inside the answer {answer!r} ({where})")
+        checked.append((span[0], span[1]))
+    return checked
 
 
 QwenVLCollator = VLMCollator  # the name of the first release, where only Qwen2.5-VL existed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,6 +17,19 @@ SOURCE = "grounding"
 COORDS = ("absolute", "norm1000")
 _REQUIRED = ("file_name", "question", "answer")
 _SIZES = ("width", "height", "resized_width", "resized_height")
+# a grounding key's coordinate list ('"bbox_2d": [197, 175, 279, 257]'), and one number inside it
+_KEYS = "|".join(map(re.escape, GROUNDING_KEYS.values()))
+_COORD_LIST = re.compile(rf'"(?:{_KEYS})"\s*:\s*\[([^\[\]]*)\]')
+_COORD_NUMBER = re.compile(r"\d+(?:\.\d+)?", re.ASCII)
+
+
+def coordinate_spans(answer: str) -> tuple[tuple[int, int], ...]:
+    """Character spans [start, end) of the coordinate numbers in a grounding answer, in text order: the
+    numbers inside the list of every "point_2d" / "bbox_2d" key ('{"point_2d": [34, 21], "label": "object 2"}'
+    -> ((14, 16), (18, 20))); not the "2" of the key, not a digit of a label. A minus sign is left out (it
+    is no numeric token). For `Sample.numeric_spans`, so the aux loss sees the coordinates only."""
+    return tuple((m.start() + found.start(1), m.end() + found.start(1))
+                 for found in _COORD_LIST.finditer(answer) for m in _COORD_NUMBER.finditer(found[1]))
 
 
 def read_grounding(root, split: str, on_error: str = "raise") -> SampleList:
@@ -27,7 +41,8 @@ def read_grounding(root, split: str, on_error: str = "raise") -> SampleList:
     sizes, ...) plus, in the answer's coordinates, `target_box` (the target's box scaled and rounded
     outward, as the writer rounds a box answer) and `target_point` (its centre scaled and rounded half up,
     as a point answer), so that scoring needs no parsing: for a box question target_box is the answer, for a
-    point question target_point is, and target_box is the box a point must fall in.
+    point question target_point is, and target_box is the box a point must fall in. numeric_spans =
+    `coordinate_spans(answer)`: the aux loss applies to the coordinate tokens only.
 
     A malformed line raises DataError naming the file and line: not UTF-8 or not JSON; file_name, question
     or answer missing or blank; task not point | box; coords not absolute | norm1000; a size not a positive
@@ -139,5 +154,9 @@ def _sample(data: bytes, start: int, split_dir: Path, meta_path: Path, lineno: i
         raise DataError(f"{path}: image missing (record {record!r} of {SOURCE})")
     meta = {k: v for k, v in row.items() if k not in _REQUIRED}
     meta.update(target_box=target_box, target_point=target_point)
+    spans = coordinate_spans(row["answer"])
+    if len(spans) != len(row["answer_coords"]):  # e.g. a second coordinate list hidden in the label
+        raise DataError(f"{where}: malformed record ('answer' {row['answer']!r} holds {len(spans)} coordinate "
+                        f"numbers, 'answer_coords' {len(row['answer_coords'])})")
     return Sample(image=str(path), question=row["question"], answer=row["answer"], source=SOURCE,
-                  id=Path(row["file_name"]).stem, meta=meta)
+                  id=Path(row["file_name"]).stem, meta=meta, numeric_spans=spans)

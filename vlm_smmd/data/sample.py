@@ -101,6 +101,11 @@ class Sample:
     SVAMP, DeepMind Mathematics, synthetic arithmetic); `answer` is the training target (for sources with
     several accepted labels the first, all of them in `meta["answers"]`; for the text sources the exact
     final number is also in `meta["final_answer"]`, which scoring uses whatever the target).
+
+    `numeric_spans`: the character spans [start, end) of `answer` whose numeric tokens are numeric targets
+    (the aux loss applies there only; cross-entropy still covers every answer token), e.g. the coordinates
+    of a grounding answer and not the "2" of "bbox_2d". None (the default): every numeric token of the
+    answer. Each span must start and end on token boundaries (the collator refuses it otherwise).
     """
 
     image: Any
@@ -109,6 +114,7 @@ class Sample:
     source: str
     id: str
     meta: dict = field(default_factory=dict)
+    numeric_spans: tuple[tuple[int, int], ...] | None = None
 
     def load_image(self) -> Image.Image:
         """The image as RGB (transparent pixels composited on white); DataError naming file and record,

@@ -17,6 +17,9 @@ Two ways in, both on unshifted labels that are -100 outside the answer (any caus
 - `NumericLossMixin`, for any Trainer subclass (`class T(NumericLossMixin, SFTTrainer)`): logits only at the
   answer positions and both counts over the whole optimizer step, so it matches our trainer exactly.
 
+Both apply the aux to every numeric answer token: they read labels only, not the collator's numeric_mask, so
+a Sample's `numeric_spans` (grounding: coordinates only) counts in our trainer alone.
+
 A tokenizer is duck-typed: anything `NumericVocab.from_tokenizer` reads (get_vocab, decode), or a processor
 holding one as `.tokenizer`. Nothing here imports transformers: the Trainer classes come from the caller.
 """

@@ -89,14 +89,18 @@ class NumericObjective(nn.Module):
                    **kwargs)
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor, ce_denominator=None, aux_denominator=None, *,
-                batch_idx: torch.Tensor | None = None, pos_idx: torch.Tensor | None = None) -> dict:
+                batch_idx: torch.Tensor | None = None, pos_idx: torch.Tensor | None = None,
+                numeric_mask: torch.Tensor | None = None) -> dict:
         """logits [M, V] at answer positions, targets [M] token ids (-100 entries are ignored); batch_idx [M]
-        and pos_idx [M] the positions' rows and places (`answer_positions`), needed by number-level losses.
+        and pos_idx [M] the positions' rows and places (`answer_positions`), needed by number-level losses;
+        numeric_mask [M] bool, optional: the positions that may take the aux (the collator's numeric_mask at
+        the targets, e.g. only the coordinates of a grounding answer); None: every numeric target.
 
         ce = (sum of CE over the M positions) / ce_denominator (default: number of targets);
-        aux = (sum of per-position aux over numeric targets) / aux_denominator (default: their number). A
-        number-level loss gives each numeric token its number's loss (`number_level` module docstring), so
-        the same sums and counts hold for it.
+        aux = (sum of per-position aux over numeric targets, within numeric_mask when given) / aux_denominator
+        (default: their number). A number-level loss gives each numeric token its number's loss
+        (`number_level` module docstring), so the same sums and counts hold for it; numbers are found among
+        all numeric targets, and a masked-out token's share is then dropped.
         Denominators may be numbers or tensors (e.g. the Trainer's num_items_in_batch); 0 counts as 1.
         Returns {"loss", "ce", "aux"} (tensors in the graph; aux exactly 0 but connected when no target
         is numeric), {"ce_sum", "aux_sum"} (detached tensors) and {"n_tokens", "n_numeric"} (0-d long tensors).
@@ -120,6 +124,11 @@ class NumericObjective(nn.Module):
             ids = self.numeric_token_ids
             match = targets[:, None] == ids[None, :]  # [M, N]
             numeric = match.any(1)  # [M]
+            if numeric_mask is not None:
+                if numeric_mask.shape != targets.shape:
+                    raise ValueError(f"numeric_mask must be [M] like targets, got {tuple(numeric_mask.shape)} and "
+                                     f"{tuple(targets.shape)}")
+                numeric = numeric & numeric_mask.to(logits.device, torch.bool)
             # every row goes through the aux (non-numeric rows with a stand-in target) and is masked out:
             # no data-dependent selection, so no sync
             # index_select: its backward is an index_add (advanced indexing backward is ~50x slower at N=1110)

@@ -98,7 +98,7 @@ class NumericTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs = dict(inputs)
         labels = inputs.pop("labels")
-        inputs.pop("numeric_mask", None)
+        numeric_mask = inputs.pop("numeric_mask", None)
         skipped = inputs.pop("skipped_samples", None)
         if skipped is not None:
             self._skipped += skipped.to(self._skipped.device)
@@ -108,6 +108,9 @@ class NumericTrainer(Trainer):
         batch_idx, pos_idx, keep = index.batch.to(labels.device), index.pos.to(labels.device), index.keep
         seq_len = labels.shape[1]
         targets = labels[batch_idx, pos_idx + 1]
+        # the aux goes where the collator's numeric_mask is true, the positions get_batch_samples counted
+        # (a grounding answer: its coordinates only); device indexing, no sync
+        aux_mask = None if numeric_mask is None else numeric_mask.to(labels.device)[batch_idx, pos_idx + 1]
         # a text-only micro-batch on one of several ranks must still run the vision tower (ZeRO-3, DDP)
         if model.training and self.family.vision and self.args.world_size > 1 and "pixel_values" not in inputs:
             self.family.add_masked_image(inputs, self.processing_class)
@@ -116,11 +119,12 @@ class NumericTrainer(Trainer):
 
         if model.training and self._step_counts is not None:
             parts = self.objective(logits, targets, ce_denominator=self._step_counts[0],
-                                   aux_denominator=self._step_counts[1], batch_idx=batch_idx, pos_idx=pos_idx)
+                                   aux_denominator=self._step_counts[1], batch_idx=batch_idx, pos_idx=pos_idx,
+                                   numeric_mask=aux_mask)
             # counts span all ranks while gradients are averaged over ranks: undo that average
             loss = parts["loss"] * self.args.world_size
         else:  # evaluation, or a step not fed through get_batch_samples: means over this batch
-            parts = self.objective(logits, targets, batch_idx=batch_idx, pos_idx=pos_idx)
+            parts = self.objective(logits, targets, batch_idx=batch_idx, pos_idx=pos_idx, numeric_mask=aux_mask)
             accumulation = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
             loss = parts["loss"] / (accumulation if model.training else 1)
         self._record(parts, "train" if model.training else "eval")
