@@ -158,10 +158,22 @@ def _deepmind_math(root):
     (folder / "arithmetic__add_or_sub.txt").write_text("What is 12 + 7?\n19\nSum 3 and 45.\n48\n")
 
 
+def _refcoco(root):
+    from PIL import Image
+
+    (root / "images").mkdir(parents=True)
+    Image.new("RGB", (84, 56), "white").save(root / "images" / "1.png")
+    (root / "instances.json").write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "1.png", "width": 84, "height": 56}],
+        "annotations": [{"id": 7, "image_id": 1, "bbox": [4.5, 3, 20, 12.25], "category_id": 1}]}))
+    (root / "refs(unc).json").write_text(json.dumps([{"ref_id": 1, "ann_id": 7, "image_id": 1, "split": "train",
+                                                       "sentences": [{"sent": "left box"}, {"sent": "box"}]}]))
+
+
 # a small training split of every registered task, written as its users' files are laid out
 TINY_DATA = {"clocks": _clocks, "chartqa": _charts("chartqa"), "plotqa": _charts("plotqa"), "dvqa": _charts("dvqa"),
              "arithmetic": _arithmetic, "word_problems": _word_problems, "gsm8k": _gsm8k, "svamp": _svamp,
-             "deepmind_math": _deepmind_math, "grounding": _grounding}
+             "deepmind_math": _deepmind_math, "grounding": _grounding, "refcoco": _refcoco}
 
 
 @pytest.fixture(scope="module")

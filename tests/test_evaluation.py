@@ -514,3 +514,27 @@ def test_eval_asks_as_in_training_unless_told_otherwise(tmp_path):
     assert training_prompts(model, None, "Say it.")[:2] == (None, "Say it.")  # given on the command line
     assert training_prompts(model, "", "") == (None, None, "")  # '' means none
     assert training_prompts("tiny", None, None) == (None, None, "")  # a preset has no run_config.json
+
+
+def test_eval_reads_the_test_split_with_the_runs_reader_options(tmp_path, saved_tiny_model):
+    # RefCOCO's targets depend on its reader options (coords): eval must read as training did
+    import shutil
+
+    from tests.data.test_refcoco import plant
+    from vlm_smmd.evaluation import evaluate_model
+
+    data = plant(tmp_path / "refcoco")
+    model = tmp_path / "model"
+    shutil.copytree(saved_tiny_model, model)
+    (model / "run_config.json").write_text(json.dumps({
+        "dataset": "refcoco", "data_root": str(data), "reader_options": json.dumps({"coords": "norm1000"})}))
+    metrics = evaluate_model(model, [f"refcoco:{data}"], tmp_path / "eval", split="val", max_new_tokens=2,
+                             progress=False)
+    assert metrics["run"]["reader_options"] == {"refcoco": {"coords": "norm1000"}}
+    (record,) = [json.loads(line) for line in (tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()]
+    assert json.loads(record["target"])["bbox_2d"] == [0, 0, 1000, 1000]  # the 56 x 56 image's whole box
+    # given explicitly, the options win (here: none, so the reader's default, absolute pixels)
+    metrics = evaluate_model(model, [f"refcoco:{data}"], tmp_path / "eval2", split="val", max_new_tokens=2,
+                             progress=False, reader_options={})
+    (record,) = [json.loads(line) for line in (tmp_path / "eval2" / "predictions.jsonl").read_text().splitlines()]
+    assert json.loads(record["target"])["bbox_2d"] == [0, 0, 56, 56] and metrics["run"]["reader_options"] == {}

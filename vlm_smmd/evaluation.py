@@ -475,11 +475,12 @@ def parse_data_spec(spec) -> DataSpec:
     return DataSpec(name, Path(path))
 
 
-def read_source(spec: DataSpec, split: str, on_error: str = "raise"):
-    """The reader of `spec.name` on `spec.path` (a sequence of Samples; `.skipped` when the reader counts)."""
+def read_source(spec: DataSpec, split: str, on_error: str = "raise", options: Mapping | None = None):
+    """The reader of `spec.name` on `spec.path` with its keyword `options` (a sequence of Samples; `.skipped`
+    when the reader counts)."""
     from vlm_smmd.data.tasks import read
 
-    return read(spec.name, spec.path, split, on_error=on_error)
+    return read(spec.name, spec.path, split, on_error=on_error, **(options or {}))
 
 
 def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "test", limit: int | None = None,
@@ -487,7 +488,7 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
                    instruction: str | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
                    on_error: str = "raise", device: str | None = None, dtype: str | None = None,
                    progress: bool = True, train_data: Sequence[tuple[str, str, str]] = (),
-                   max_image_pixels: int | None = None) -> dict:
+                   max_image_pixels: int | None = None, reader_options: Mapping[str, Mapping] | None = None) -> dict:
     """Load a model, generate for the first `limit` samples (all when None) of `split` of each data spec,
     score, write predictions.jsonl + metrics.json to `out_dir`, and return the metrics.
 
@@ -500,6 +501,9 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     split) sets the model was trained on (`training_data`); each evaluated source is checked against the
     one of its name (`data.leakage`): metrics["leakage"][source], None when there is none to check.
     `max_image_pixels`: the largest image accepted (`data.set_max_image_pixels`; None: Pillow's default).
+    `reader_options`: {source name: keyword options of its reader}; None takes the training run's own
+    (`training_reader_options`), so a reader whose targets depend on its options (RefCOCO's coordinate
+    convention and pixel limits, DeepMind modules) reads the test split as training read the train split.
     """
     import torch
 
@@ -522,7 +526,10 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
 
     set_max_image_pixels(max_image_pixels)
     # read every dataset before the (slow) model load so that data errors surface first
-    datasets = [(s, read_source(s, split, on_error)) for s in specs]
+    if reader_options is None:
+        reader_options = training_reader_options(model_name_or_path)
+    reader_options = {s.name: dict(reader_options.get(s.name) or {}) for s in specs}
+    datasets = [(s, read_source(s, split, on_error, reader_options[s.name])) for s in specs]
     for s, ds in datasets:
         if len(ds) == 0:
             raise ValueError(f"{s.name}:{s.path}: split {split!r} holds no usable samples")
@@ -559,7 +566,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
                       "split": split, "limit": limit, "batch_size": batch_size, "max_new_tokens": max_new_tokens,
                       "system_prompt": system_prompt, "instruction": instruction, "min_pixels": min_pixels,
                       "max_pixels": max_pixels, "on_error": on_error,
-                      "train_data": [list(t) for t in train_data], "max_image_pixels": max_image_pixels}
+                      "train_data": [list(t) for t in train_data], "max_image_pixels": max_image_pixels,
+                      "reader_options": {name: opts for name, opts in reader_options.items() if opts}}
     write_outputs(records, metrics, out_dir)
     return metrics
 
@@ -637,6 +645,16 @@ def training_prompts(model, system_prompt: str | None, instruction: str | None) 
     note = f"asking as in training ({path}): {', '.join(taken)}; pass --instruction '' / --system-prompt '' for none" \
         if taken else ""
     return system_prompt or None, instruction or None, note
+
+
+def training_reader_options(model) -> dict[str, dict]:
+    """{dataset: reader_options} of the run behind `model`, from its run_config.json ({} when it has none)."""
+    config = _read_run_config(find_run_config(model))
+    try:
+        options = json.loads(config.get("reader_options") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return {config["dataset"]: options} if options and isinstance(options, dict) and config.get("dataset") else {}
 
 
 def training_data(model) -> list[tuple[str, str, str]]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from data_synth.args import Parser
@@ -99,6 +100,8 @@ def run(args) -> int:
         min_pixels=args.min_pixels, max_pixels=args.max_pixels, on_error=args.on_error, device=args.device,
         dtype=args.dtype, train_data=args.train_data or training_data(args.model),
         max_image_pixels=args.max_image_pixels)
+    for name, options in metrics["run"]["reader_options"].items():
+        print(f"{name}: read with the training run's reader_options {json.dumps(options, sort_keys=True)}")
     print(format_metrics_table(metrics))
     for name, report in metrics["leakage"].items():
         print(f"{name} ({args.split}): " + ("; ".join(report["lines"]) if report else

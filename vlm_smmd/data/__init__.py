@@ -1,5 +1,6 @@
-"""Data sources as Samples: charts (ChartQA, PlotQA, DVQA), synthetic clocks and grounding, and the text tasks (GSM8K,
-SVAMP, DeepMind Mathematics, synthetic arithmetic and word problems; `image=None`); the collator is `data.collator`."""
+"""Data sources as Samples: charts (ChartQA, PlotQA, DVQA), synthetic clocks and grounding, RefCOCO-style referring
+expressions, and the text tasks (GSM8K, SVAMP, DeepMind Mathematics, synthetic arithmetic and word problems;
+`image=None`); the collator is `data.collator`."""
 
 from importlib import import_module
 

@@ -44,6 +44,7 @@ TASKS = {t.name: t for t in (
          image=False, unseen_key="template"),  # its test_unseen holds out templates; answers recur
     Task("grounding", "grounding:read_grounding", "grounding", ("task", "coords"),
          unseen_key="position"),  # its test_unseen holds out the target's grid cells
+    Task("refcoco", "refcoco:read_refcoco", "grounding", ("dataset", "category")),  # RefCOCO/+/g boxes
 )}
 
 # `synthesize:` kinds: the synthetic set rendered into data_root, and the task whose layout it is written in
