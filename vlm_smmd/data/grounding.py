@@ -10,8 +10,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from ..metrics import GROUNDING_KEYS, parse_grounding
-from .records import SampleList, iter_lines
-from .sample import DataError, Sample, SkipLog, check_on_error, is_blank, resolve_in_root
+from .records import SampleList, read_imagefolder
+from .sample import DataError, Sample, is_blank, resolve_in_root
 
 SOURCE = "grounding"
 COORDS = ("absolute", "norm1000")
@@ -51,27 +51,7 @@ def read_grounding(root, split: str, on_error: str = "raise") -> SampleList:
     the split folder or a missing image. With on_error="skip" such records are skipped, counted and
     reported once.
     """
-    check_on_error(on_error)
-    split_dir = Path(root) / split
-    meta_path = split_dir / "metadata.jsonl"
-    if not meta_path.is_file():
-        found = sorted(p.name for p in Path(root).iterdir() if (p / "metadata.jsonl").is_file()) \
-            if Path(root).is_dir() else []
-        raise DataError(f"{meta_path}: no such file (split {split!r}; splits found in {root}: "
-                        f"{', '.join(found) or 'none'})")
-    skipped = SkipLog(SOURCE)
-    samples = []
-    for lineno, start, data in iter_lines(meta_path):  # bytes: a line that is not UTF-8 is one bad record
-        if not data.strip():
-            continue
-        try:
-            samples.append(_sample(data, start, split_dir, meta_path, lineno))
-        except DataError as e:
-            if on_error == "raise":
-                raise
-            skipped.add(e)
-    skipped.report()
-    return SampleList(samples, skipped)
+    return read_imagefolder(root, split, on_error, SOURCE, _sample)
 
 
 def answer_scale(row: dict) -> tuple[Fraction, Fraction]:

@@ -19,7 +19,16 @@ from pathlib import Path
 
 from PIL import Image
 
-from .sample import DataError, Sample, SkipLog, image_problem, is_blank, pixel_limit, resolve_in_root
+from .sample import (
+    DataError,
+    Sample,
+    SkipLog,
+    check_on_error,
+    image_problem,
+    is_blank,
+    pixel_limit,
+    resolve_in_root,
+)
 
 # ----------------------------------------------------------------------------------------------- numbers
 
@@ -425,6 +434,34 @@ def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
             if lineno == 1 and body.startswith(b"\xef\xbb\xbf"):
                 body, start = body[3:], start + 3
             yield lineno, start, body
+
+
+def read_imagefolder(root, split: str, on_error: str, source: str, sample) -> SampleList:
+    """The samples of an imagefolder split, root/SPLIT/metadata.jsonl, one a line: `sample(data, start,
+    split_dir, meta_path, lineno)` builds each from the line's bytes (a line that is not UTF-8 is one bad
+    record) or raises DataError, which raises here (on_error "raise") or is counted and reported once
+    ("skip"). A missing split is a DataError naming the splits the root holds."""
+    check_on_error(on_error)
+    split_dir = Path(root) / split
+    meta_path = split_dir / "metadata.jsonl"
+    if not meta_path.is_file():
+        found = sorted(p.name for p in Path(root).iterdir() if (p / "metadata.jsonl").is_file()) \
+            if Path(root).is_dir() else []
+        raise DataError(f"{meta_path}: no such file (split {split!r}; splits found in {root}: "
+                        f"{', '.join(found) or 'none'})")
+    skipped = SkipLog(source)
+    samples = []
+    for lineno, start, data in iter_lines(meta_path):
+        if not data.strip():
+            continue
+        try:
+            samples.append(sample(data, start, split_dir, meta_path, lineno))
+        except DataError as e:
+            if on_error == "raise":
+                raise
+            skipped.add(e)
+    skipped.report()
+    return SampleList(samples, skipped)
 
 
 class LineRecords(ByteRecords):
