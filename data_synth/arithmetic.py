@@ -64,7 +64,7 @@ from .dataset import (
     pick_unseen,
     run_writer,
     split_bounds,
-    split_counts,
+    unseen_settings,
 )
 
 OPERATIONS = ("add", "sub", "mul", "div")
@@ -270,22 +270,12 @@ def _config(num, seed, splits, operations, digits, places, div_places, negatives
                          f"{digits[1][1]} digits, operand a up to {digits[0][1]} (or set div_places to round)")
     if not isinstance(distinct, bool):
         raise ValueError(f"distinct must be True or False, got {distinct!r}")
-    unseen = None
-    if check_fraction(unseen_fraction) > 0:
-        if places or ("div" in operations and div_places is not None):
-            raise ValueError("unseen_fraction holds whole-number answers out: it needs places 0 and exact division "
-                             "(no div_places)")
-        if UNSEEN_SPLIT in splits:
-            raise ValueError(f"splits: {UNSEEN_SPLIT!r} is written by unseen_fraction; name the others only")
-        if unseen_num is None:
-            unseen_num = min(split_counts(num, splits).values())
-        check_int("unseen_num", unseen_num, 1, MAX_ITEMS - num)
-        if isinstance(unseen_seed, bool) or not isinstance(unseen_seed, int):
-            raise ValueError(f"unseen_seed must be an integer, got {unseen_seed!r}")
-        held = unseen_answers(operations, digits, negatives, unseen_fraction, unseen_seed)
-        unseen = {"fraction": float(unseen_fraction), "seed": unseen_seed, "num": unseen_num, "answers": len(held)}
-    elif unseen_num is not None:
-        raise ValueError("unseen_num needs unseen_fraction > 0")
+    if check_fraction(unseen_fraction) > 0 and (places or ("div" in operations and div_places is not None)):
+        raise ValueError("unseen_fraction holds whole-number answers out: it needs places 0 and exact division "
+                         "(no div_places)")
+    unseen = unseen_settings(unseen_fraction, unseen_seed, unseen_num, num, splits)
+    if unseen:
+        unseen["answers"] = len(unseen_answers(operations, digits, negatives, unseen_fraction, unseen_seed))
     return {"num": num, "seed": seed, "splits": splits, "operations": operations, "digits": digits,
             "places": places, "div_places": div_places, "negatives": bool(negatives), "distinct": distinct,
             "unseen": unseen}

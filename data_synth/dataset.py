@@ -131,6 +131,23 @@ def owner_split(kind: str, seed: int, key: str, splits: dict[str, float]) -> str
     return name  # the fractions summed to a hair under 1: the last split takes the rest
 
 
+def unseen_settings(fraction, seed, unseen_num, num: int, splits: dict[str, float]) -> dict | None:
+    """The checked settings of a writer's held-out split, {"fraction", "seed", "num"} (`num` of images or
+    problems; default the smallest split's size), or None when `fraction` is 0. ValueError for a bad value,
+    a split named UNSEEN_SPLIT among `splits`, or unseen_num without a fraction."""
+    if check_fraction(fraction) == 0:
+        if unseen_num is not None:
+            raise ValueError("unseen_num needs unseen_fraction > 0")
+        return None
+    if UNSEEN_SPLIT in splits:
+        raise ValueError(f"splits: {UNSEEN_SPLIT!r} is written by unseen_fraction; name the others only")
+    if unseen_num is None:
+        unseen_num = min(split_counts(num, splits).values())
+    check_int("unseen_num", unseen_num, 1, MAX_ITEMS - num)
+    check_int("unseen_seed", seed, -(2 ** 63), 2 ** 63 - 1)
+    return {"fraction": float(fraction), "seed": seed, "num": unseen_num}
+
+
 def pick_unseen(values: Sequence, features: Callable[[object], Iterable[Hashable]], fraction: float,
                 seed: int) -> list:
     """The values held out of training: round(fraction * len(values)) of `values`, drawn with `seed`, such

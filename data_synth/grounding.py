@@ -86,8 +86,8 @@ from .dataset import (
     pick_unseen,
     run_writer,
     split_bounds,
-    split_counts,
     split_of,
+    unseen_settings,
     write_file,
     write_metadata,
 )
@@ -451,19 +451,9 @@ def _config(num, seed, width, height, splits, task, coords, factor, min_pixels, 
     if objects[1] * (large + GAP) ** 2 > width * height / 2:
         raise ValueError(f"{objects[1]} objects of up to {large} px do not fit a {width} x {height} canvas "
                          "comfortably; allow fewer or smaller objects")
-    unseen = None
-    if check_fraction(unseen_fraction) > 0:
-        if UNSEEN_SPLIT in splits:
-            raise ValueError(f"splits: {UNSEEN_SPLIT!r} is written by unseen_fraction; name the others only")
-        if unseen_num is None:
-            unseen_num = min(split_counts(num, splits).values())
-        check_int("unseen_num", unseen_num, 1, MAX_ITEMS - num)
-        if isinstance(unseen_seed, bool) or not isinstance(unseen_seed, int):
-            raise ValueError(f"unseen_seed must be an integer, got {unseen_seed!r}")
-        unseen = {"fraction": float(unseen_fraction), "seed": unseen_seed, "num": unseen_num,
-                  "cells": [list(c) for c in unseen_cells(grid, unseen_fraction, unseen_seed)]}
-    elif unseen_num is not None:
-        raise ValueError("unseen_num needs unseen_fraction > 0")
+    unseen = unseen_settings(unseen_fraction, unseen_seed, unseen_num, num, splits)
+    if unseen:
+        unseen["cells"] = [list(c) for c in unseen_cells(grid, unseen_fraction, unseen_seed)]
     return {"num": num, "seed": seed, "width": width, "height": height, "splits": splits, "task": task,
             "coords": coords, "factor": factor, "min_pixels": min_pixels, "max_pixels": max_pixels,
             "resized": [resized_w, resized_h], "objects": objects, "object_size": object_size, "kinds": kinds,

@@ -58,7 +58,7 @@ from .dataset import (
     pick_unseen,
     run_writer,
     split_bounds,
-    split_counts,
+    unseen_settings,
 )
 
 OPERATIONS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
@@ -283,19 +283,9 @@ def _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, un
     if isinstance(distractor_rate, bool) or not isinstance(distractor_rate, (int, float)) \
             or not 0 <= distractor_rate <= 1:
         raise ValueError(f"distractor_rate must be a number in [0, 1], got {distractor_rate!r}")
-    unseen = None
-    if check_fraction(unseen_fraction) > 0:
-        if UNSEEN_SPLIT in splits:
-            raise ValueError(f"splits: {UNSEEN_SPLIT!r} is written by unseen_fraction; name the others only")
-        if unseen_num is None:
-            unseen_num = min(split_counts(num, splits).values())
-        check_int("unseen_num", unseen_num, 1, MAX_ITEMS - num)
-        if isinstance(unseen_seed, bool) or not isinstance(unseen_seed, int):
-            raise ValueError(f"unseen_seed must be an integer, got {unseen_seed!r}")
-        unseen = {"fraction": float(unseen_fraction), "seed": unseen_seed, "num": unseen_num,
-                  "templates": unseen_templates(unseen_fraction, unseen_seed)}
-    elif unseen_num is not None:
-        raise ValueError("unseen_num needs unseen_fraction > 0")
+    unseen = unseen_settings(unseen_fraction, unseen_seed, unseen_num, num, splits)
+    if unseen:
+        unseen["templates"] = unseen_templates(unseen_fraction, unseen_seed)
     return {"num": num, "seed": seed, "splits": splits, "distractor_rate": float(distractor_rate), "unseen": unseen}
 
 

@@ -52,8 +52,8 @@ from .dataset import (
     pick_unseen,
     run_writer,
     split_bounds,
-    split_counts,
     split_of,
+    unseen_settings,
     write_file,
     write_metadata,
 )
@@ -270,20 +270,11 @@ def _config(num, seed, size, splits, answer_format, with_seconds, style, plain, 
         raise ValueError("questions must be non-empty strings")
     if not isinstance(variation, bool):
         raise ValueError(f"variation must be True or False, got {variation!r}")
-    unseen = None
-    if check_fraction(unseen_fraction) > 0:
-        if times is not None:
-            raise ValueError("unseen_fraction draws times uniformly from the dial; it cannot be combined with times")
-        if UNSEEN_SPLIT in splits:
-            raise ValueError(f"splits: {UNSEEN_SPLIT!r} is written by unseen_fraction; name the others only")
-        if unseen_num is None:
-            unseen_num = min(split_counts(num, splits).values())
-        check_int("unseen_num", unseen_num, 1, MAX_ITEMS - num)
-        held = unseen_times(unseen_fraction, unseen_seed)
-        unseen = {"fraction": float(unseen_fraction), "seed": unseen_seed, "num": unseen_num,
-                  "times": [list(t) for t in held]}
-    elif unseen_num is not None:
-        raise ValueError("unseen_num needs unseen_fraction > 0")
+    if check_fraction(unseen_fraction) > 0 and times is not None:
+        raise ValueError("unseen_fraction draws times uniformly from the dial; it cannot be combined with times")
+    unseen = unseen_settings(unseen_fraction, unseen_seed, unseen_num, num, splits)
+    if unseen:
+        unseen["times"] = [list(t) for t in unseen_times(unseen_fraction, unseen_seed)]
     fonts = list(font_names()) + (list(system_fonts()) if system_font_pool else [])
     return {"num": num, "seed": seed, "size": size, "splits": splits, "answer_format": answer_format,
             "with_seconds": bool(with_seconds), "style": style, "plain": bool(plain), "variation": variation,
