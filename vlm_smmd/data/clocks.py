@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .records import SampleList, read_imagefolder
-from .sample import DataError, Sample, is_blank, resolve_in_root
+from .sample import DataError, Sample, resolve_in_root
 
 SOURCE = "clocks"
 _REQUIRED = ("file_name", "question", "answer")
@@ -21,25 +20,11 @@ def read_clocks(root, split: str, on_error: str = "raise") -> SampleList:
     field missing or blank), a path outside the split folder or a missing image raises DataError naming
     the file and line; with on_error="skip" such records are skipped, counted and reported once.
     """
-    return read_imagefolder(root, split, on_error, SOURCE, _sample)
+    return read_imagefolder(root, split, on_error, SOURCE, _REQUIRED, _sample)
 
 
-def _sample(data: bytes, start: int, split_dir: Path, meta_path: Path, lineno: int) -> Sample:
-    """The Sample of the line `data` (line `lineno`, at byte `start` of the file)."""
-    where = f"{meta_path}:{lineno}"
-    try:
-        line = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{where}: malformed record (not valid UTF-8: {e.reason} at byte {start + e.start})") from None
-    try:
-        row = json.loads(line)  # floats stay floats: they are style attributes, never the answer (a string)
-    except ValueError as e:  # not JSON, or an integer past Python's digit limit
-        raise DataError(f"{where}: malformed record (not JSON: {getattr(e, 'msg', e)})") from None
-    if not isinstance(row, dict):
-        raise DataError(f"{where}: malformed record (expected a JSON object)")
-    for key in _REQUIRED:
-        if not isinstance(row.get(key), str) or is_blank(row[key]):
-            raise DataError(f"{where}: malformed record ({key!r} missing or not a non-empty string)")
+def _sample(row: dict, where: str, split_dir: Path) -> Sample:
+    """The Sample of metadata line `where` (`row`: its JSON object, the _REQUIRED strings checked)."""
     record = f"{where} ({row['file_name']})"
     path = resolve_in_root(split_dir, row["file_name"], record=record, source=SOURCE)
     if not path.is_file():

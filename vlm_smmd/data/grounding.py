@@ -3,7 +3,6 @@ is in `data_synth.grounding`'s docstring)."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from fractions import Fraction
@@ -11,7 +10,7 @@ from pathlib import Path
 
 from ..metrics import GROUNDING_KEYS, parse_grounding
 from .records import SampleList, read_imagefolder
-from .sample import DataError, Sample, is_blank, resolve_in_root
+from .sample import DataError, Sample, resolve_in_root
 
 SOURCE = "grounding"
 COORDS = ("absolute", "norm1000")
@@ -51,7 +50,7 @@ def read_grounding(root, split: str, on_error: str = "raise") -> SampleList:
     the split folder or a missing image. With on_error="skip" such records are skipped, counted and
     reported once.
     """
-    return read_imagefolder(root, split, on_error, SOURCE, _sample)
+    return read_imagefolder(root, split, on_error, SOURCE, _REQUIRED, _sample)
 
 
 def answer_scale(row: dict) -> tuple[Fraction, Fraction]:
@@ -111,22 +110,8 @@ def _geometry(row: dict, where: str) -> tuple[list[int], list[int]]:
     return target_box, target_point
 
 
-def _sample(data: bytes, start: int, split_dir: Path, meta_path: Path, lineno: int) -> Sample:
-    """The Sample of the line `data` (line `lineno`, at byte `start` of the file)."""
-    where = f"{meta_path}:{lineno}"
-    try:
-        line = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{where}: malformed record (not valid UTF-8: {e.reason} at byte {start + e.start})") from None
-    try:
-        row = json.loads(line)
-    except ValueError as e:  # not JSON, or an integer past Python's digit limit
-        raise DataError(f"{where}: malformed record (not JSON: {getattr(e, 'msg', e)})") from None
-    if not isinstance(row, dict):
-        raise DataError(f"{where}: malformed record (expected a JSON object)")
-    for key in _REQUIRED:
-        if not isinstance(row.get(key), str) or is_blank(row[key]):
-            raise DataError(f"{where}: malformed record ({key!r} missing or not a non-empty string)")
+def _sample(row: dict, where: str, split_dir: Path) -> Sample:
+    """The Sample of metadata line `where` (`row`: its JSON object, the _REQUIRED strings checked)."""
     target_box, target_point = _geometry(row, where)
     record = f"{where} ({row['file_name']})"
     path = resolve_in_root(split_dir, row["file_name"], record=record, source=SOURCE)

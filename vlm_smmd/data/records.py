@@ -436,11 +436,12 @@ def iter_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
             yield lineno, start, body
 
 
-def read_imagefolder(root, split: str, on_error: str, source: str, sample) -> SampleList:
-    """The samples of an imagefolder split, root/SPLIT/metadata.jsonl, one a line: `sample(data, start,
-    split_dir, meta_path, lineno)` builds each from the line's bytes (a line that is not UTF-8 is one bad
-    record) or raises DataError, which raises here (on_error "raise") or is counted and reported once
-    ("skip"). A missing split is a DataError naming the splits the root holds."""
+def read_imagefolder(root, split: str, on_error: str, source: str, required: tuple[str, ...], sample) -> SampleList:
+    """The samples of an imagefolder split, root/SPLIT/metadata.jsonl, one a line. Each line must be UTF-8
+    JSON: an object whose `required` keys are non-empty strings; `sample(row, where, split_dir)` builds the
+    Sample from it (`where`: "FILE:LINE") or raises DataError. A DataError raises here (on_error "raise")
+    or is counted and reported once ("skip"). A missing split is a DataError naming the splits the root
+    holds."""
     check_on_error(on_error)
     split_dir = Path(root) / split
     meta_path = split_dir / "metadata.jsonl"
@@ -454,14 +455,34 @@ def read_imagefolder(root, split: str, on_error: str, source: str, sample) -> Sa
     for lineno, start, data in iter_lines(meta_path):
         if not data.strip():
             continue
+        where = f"{meta_path}:{lineno}"
         try:
-            samples.append(sample(data, start, split_dir, meta_path, lineno))
+            samples.append(sample(_metadata_row(data, start, where, required), where, split_dir))
         except DataError as e:
             if on_error == "raise":
                 raise
             skipped.add(e)
     skipped.report()
     return SampleList(samples, skipped)
+
+
+def _metadata_row(data: bytes, start: int, where: str, required: tuple[str, ...]) -> dict:
+    """The JSON object of one metadata line (at byte `start` of its file); bytes, so that a line that is
+    not UTF-8 is one bad record."""
+    try:
+        line = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{where}: malformed record (not valid UTF-8: {e.reason} at byte {start + e.start})") from None
+    try:
+        row = json.loads(line)  # floats stay floats: metadata never holds the answer as a number
+    except ValueError as e:  # not JSON, or an integer past Python's digit limit
+        raise DataError(f"{where}: malformed record (not JSON: {getattr(e, 'msg', e)})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: malformed record (expected a JSON object)")
+    for key in required:
+        if not isinstance(row.get(key), str) or is_blank(row[key]):
+            raise DataError(f"{where}: malformed record ({key!r} missing or not a non-empty string)")
+    return row
 
 
 class LineRecords(ByteRecords):
