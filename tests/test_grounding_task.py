@@ -4,7 +4,9 @@ datasets written by `data-synth grounding`."""
 
 import json
 import math
+import os
 
+import numpy as np
 import pytest
 
 from vlm_smmd.analysis import analyze_records, headline, record_kind, write_report
@@ -208,7 +210,8 @@ def test_analysis_of_planted_predictions_with_chance(tmp_path):
     assert (figs["no_valid_answer_rate"].count, figs["no_valid_answer_rate"].n) == (2, 6)
 
     report = write_report({"run": a}, tmp_path).read_text()
-    assert "## Points and boxes" in report and "| point in box | 1/3 (0.333) | 0.333 |" in report
+    assert "## Points and boxes" in report
+    assert "| point in box | 1/3 (0.333) | 0.333 (best constant 0.667 at [20, 20]) |" in report
     assert "mean IoU (no valid box = 0)" in report
 
     # without the reader's meta the target text still says task and geometry; a point has no box then
@@ -216,6 +219,95 @@ def test_analysis_of_planted_predictions_with_chance(tmp_path):
     b = analyze_records(bare, chance=False)
     assert b["grounding"]["iou_mean"] == pytest.approx(g["iou_mean"]) and b["grounding"]["point_in_box_records"] == 0
     assert "point_in_box" not in {f.key for f in headline(b)}
+
+
+def test_per_coordinate_errors_digits_and_their_chance():
+    g = analyze_records(planted_records())["grounding"]
+    points, boxes = g["point_digits"], g["box_digits"]
+    # valid points: d (6, 8) for (5, 5) and e (40, 25) for (25, 25); f gives none
+    assert (points["records"], points["analysed"]) == (3, 2)
+    assert points["coordinates"]["x"] == {"analysed": 2, "exact": 0, "exact_rate": 0.0, "mean_abs_error": 8.0,
+                                          "median_abs_error": 8.0}
+    assert points["coordinates"]["y"] == pytest.approx({"analysed": 2, "exact": 1, "exact_rate": 0.5,
+                                                        "mean_abs_error": 1.5, "median_abs_error": 1.5})
+    acc = {place: (p["correct"], p["target_digits"]) for place, p in points["places"].items()}
+    assert acc == {"x tens": (0, 1), "x units": (0, 2), "y tens": (1, 1), "y units": (1, 2)}
+    assert list(points["places"]) == ["x tens", "x units", "y tens", "y units"]  # by coordinate, then place
+    # 6 vs 5 (|1|), 4 vs 2, 0 vs 5, 8 vs 5; 2 vs 2 and 5 vs 5 right
+    assert points["digit_error_histogram"][:6] == [2, 1, 1, 1, 0, 1] and points["confusion"][5][6] == 1
+    # valid boxes: a exact; b [5, 5, 15, 15] for [0, 0, 10, 10]
+    assert [boxes["coordinates"][c]["mean_abs_error"] for c in ("x1", "y1", "x2", "y2")] == [2.5] * 4
+    assert boxes["places"]["x2 tens"]["correct"] == 2 and boxes["places"]["x2 units"]["correct"] == 1
+    assert boxes["places"]["x1 units"]["correct"] == 1 and "x1 tens" not in boxes["places"]  # 0 and 5: units only
+    # chance by hand: the points' x are 5, 25, 25: 2 of the 6 ordered pairs equal, 4 differ by 20
+    ch = g["chance"]["point_digits"]
+    assert ch["coordinates"]["x"] == pytest.approx({"exact_rate": 1 / 3, "mean_abs_error": 80 / 6})
+    # units digits 5, 5, 5 always agree; tens: 25's 2 meets the other 25 (right) or 5 (no digit) of 2 others
+    assert ch["places"]["x units"] == 1.0 and ch["places"]["x tens"] == pytest.approx(2 / 4)
+    # best constant: [20, 20] lies in both C boxes; the geometric median of the target points is (25, 25)
+    const = g["constant"]
+    assert const["point_in_box_rate"] == pytest.approx(2 / 3) and const["point_in_box_answer"] == [20.0, 20.0]
+    assert const["centre_error_answer"] == pytest.approx([25, 25], abs=1e-3)
+    assert const["centre_error_mean"] == pytest.approx(20 * math.sqrt(2) / 3, abs=1e-3)
+    figs = {f.key: f for f in headline(analyze_records(planted_records()))}
+    assert figs["point_x_error"].value == 8.0 and figs["point_x_error"].chance == pytest.approx(80 / 6)
+    assert (figs["digit_acc_y_units"].count, figs["digit_acc_y_units"].n) == (1, 2)
+    assert figs["point_in_box"].constant == pytest.approx(2 / 3) and figs["point_in_box"].constant_answer == "[20, 20]"
+
+
+def test_best_constant_point_against_a_search_of_every_pixel():
+    import numpy as np
+
+    from vlm_smmd.analysis.grounding import best_point, geometric_median
+
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        x1, y1 = rng.integers(0, 30, (2, 25))
+        boxes = [(a, b, a + w, b + h) for a, b, w, h in zip(x1, y1, *rng.integers(0, 12, (2, 25)))]
+        (x, y), inside = best_point(boxes)
+        depth = [[sum(a <= px <= c and b <= py <= d for a, b, c, d in boxes) for py in range(42)] for px in range(42)]
+        assert inside == max(map(max, depth)) == sum(a <= x <= c and b <= y <= d for a, b, c, d in boxes)
+        points = rng.normal(0, 10, (15, 2)).tolist()
+        m = geometric_median(points)
+        total = lambda q: sum(math.dist(q, p) for p in points)  # noqa: E731
+        grid = [(m[0] + dx / 10, m[1] + dy / 10) for dx in range(-20, 21) for dy in range(-20, 21)]
+        assert total(m) <= min(map(total, grid)) + 1e-6
+
+
+def test_examples_plot_draws_the_image_and_every_runs_answer(tmp_path):
+    from PIL import Image
+
+    records = planted_records()
+    Image.new("RGB", (40, 40), (0, 0, 255)).save(tmp_path / "a.png")
+    records[0]["image"] = str(tmp_path / "a.png")
+    records[1]["image"] = str(tmp_path / "gone.png")  # moved since the evaluation: a blank frame
+    report = write_report({"one": analyze_records(records), "two": analyze_records(records)}, tmp_path / "out")
+    text = report.read_text()
+    assert "![predicted vs true](grounding_examples.png)" in text
+    assert "### Each coordinate of the point answers" in text and "### Each coordinate of the box answers" in text
+    assert "| x | 8.000 (median 8.000); exact 0/2 | 8.000 (median 8.000); exact 0/2 | 13.333 | 0.333 |" in text
+    for name in ("grounding_examples.png", "point_place_accuracy.png", "box_place_accuracy.png"):
+        assert f"]({name})" in text
+    pixels = np.asarray(Image.open(tmp_path / "out" / "grounding_examples.png").convert("RGB")).reshape(-1, 3)
+    blue = ((pixels[:, 2] > 200) & (pixels[:, 0] < 40) & (pixels[:, 1] < 40)).sum()
+    assert blue > 2000  # record a's image, drawn
+    examples = analyze_records(records)["grounding"]["examples"]
+    assert [e["id"] for e in examples] == ["a", "b", "c", "d", "e", "f"]
+    assert examples[0]["image"] == str(tmp_path / "a.png") and examples[2]["prediction"] is None
+
+
+def test_eval_records_name_the_image_file(tmp_path):
+    from PIL import Image
+
+    from vlm_smmd.data.sample import Sample
+    from vlm_smmd.evaluation import _record
+
+    answer = '{"point_2d": [1, 2], "label": "red square"}'
+    on_disk = Sample(image="rel/x.png", question="Where?", answer=answer, source="grounding", id="1",
+                     meta={"task": "point", "target_point": [1, 2], "target_box": [0, 0, 3, 3]})
+    assert _record(on_disk, answer)["image"] == os.path.abspath("rel/x.png")
+    in_memory = Sample(image=Image.new("RGB", (4, 4)), question="Where?", answer="3", source="chartqa", id="2")
+    assert "image" not in _record(in_memory, "3")
 
 
 def test_record_kinds_of_grounding_targets():

@@ -295,11 +295,14 @@ def _record(sample, raw_output: str) -> dict:
     except ValueError as e:
         raise DataError(f"malformed record: cannot score record {sample.id!r} of {sample.source}: {e}") from None
     meta = json_safe(sample.meta) if isinstance(sample.meta, Mapping) else {}
-    return {
+    record = {
         "id": str(sample.id), "source": sample.source, "split": meta.get("split"), "question": sample.question,
         "target": sample.answer, "targets": targets, "prediction": prediction, "raw_output": raw_output,
         "meta": meta, "scores": scores,
     }
+    if isinstance(sample.image, (str, os.PathLike)):  # where the analysis finds the image for its example plots
+        record["image"] = os.path.abspath(sample.image)
+    return record
 
 
 # ---------------------------------------------------------------------------------------------------------

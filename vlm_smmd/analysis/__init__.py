@@ -70,8 +70,13 @@ IoU >= 0.5 (IOU_THRESHOLD), and the corner error (mean Euclidean distance of the
 answers giving a box. Point questions: point-in-box (the object's box, edges inside; no valid point is a
 miss) and the centre error (distance to the target point) over the answers giving a point. "No valid
 answer": the share of grounding records whose answer gives no point or box for its task (malformed or
-truncated JSON, the wrong key, a box with x2 < x1 or y2 < y1). Chance pairs records of the same task only
-(a box answer scored against another box record's box); there is no best constant for these figures.
+truncated JSON, the wrong key, a box with x2 < x1 or y2 < y1). Each coordinate (x, y of points; x1, y1,
+x2, y2 of boxes), over the answers giving a valid point or box: its exact share and mean / median |error|,
+and its digits aligned by place as for numbers ("x tens", "y units", ...; `point_digits`, `box_digits`).
+The first EXAMPLES records (with the image path eval writes) feed the predicted-vs-true plot. Chance pairs
+records of the same task only (a box answer scored against another box record's box). Best constant, point
+questions only: the one point inside the most target boxes (point in box) and the geometric median of the
+target points (centre error); box figures have none.
 
 Chance (`chance` entries): the expected score of a predictor that ignores the input but knows the target
 distribution, i.e. each record's target scored against the answer of another record (that record's first

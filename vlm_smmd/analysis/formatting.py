@@ -33,15 +33,16 @@ def md_table(header: Sequence, rows: Iterable[Sequence]) -> list[str]:
     return lines + [""]
 
 
-def new_figure(width: float = 7.0, height: float = 4.0, ncols: int = 1):
-    """(figure, axes) at 100 dpi on the Agg canvas: one row of `ncols` axes, a list of them when ncols > 1."""
+def new_figure(width: float = 7.0, height: float = 4.0, ncols: int = 1, nrows: int = 1):
+    """(figure, axes) at 100 dpi on the Agg canvas: `nrows` rows of `ncols` axes, a list of them (row by
+    row) when there are several."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=100)
     FigureCanvasAgg(fig)
-    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
-    return fig, (axes[0] if ncols == 1 else axes)
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(nrows * ncols)]
+    return fig, (axes[0] if len(axes) == 1 else axes)
 
 
 def save_figure(fig, path: Path) -> None:

@@ -90,7 +90,7 @@ def headline(a: Mapping) -> list[Metric]:
 def _grounding_figures(g: Mapping) -> list[Metric]:
     if not g.get("records"):
         return []
-    ch, figs = g.get("chance") or {}, []
+    ch, const, figs = g.get("chance") or {}, g.get("constant") or {}, []
     boxes, points = g["box_records"], g["point_records"]
     if boxes:
         thr = f"{g['iou_threshold']:g}"
@@ -105,18 +105,35 @@ def _grounding_figures(g: Mapping) -> list[Metric]:
         if g["point_in_box_records"]:
             figs.append(Metric("point_in_box", "point in box", g["point_in_box_rate"], g["point_in_box_records"],
                                "point answers with a target box", g["point_in_box"], ch.get("point_in_box_rate"),
+                               const.get("point_in_box_rate"), _point_text(const.get("point_in_box_answer")),
                                total=points))
         figs.append(Metric("centre_error", "mean centre error (answer units), answers giving a point", g["centre_error"]["mean"],
                            g["centre_error"]["analysed"], "point answers giving a point", None,
-                           ch.get("centre_error_mean"), lower_is_better=True, total=points))
+                           ch.get("centre_error_mean"), const.get("centre_error_mean"),
+                           _point_text(const.get("centre_error_answer")), lower_is_better=True, total=points))
+    for task in ("point", "box"):
+        part, part_chance = g.get(f"{task}_digits"), ch.get(f"{task}_digits") or {}
+        if not part:
+            continue
+        for name, c in part["coordinates"].items():
+            figs.append(Metric(f"{task}_{name}_error", f"{task} {name}: mean |error| (answer units)", c["mean_abs_error"],
+                               c["analysed"], f"{task} answers giving a {task}", None,
+                               (part_chance.get("coordinates") or {}).get(name, {}).get("mean_abs_error"),
+                               lower_is_better=True, total=part["records"]))
+        figs += _digit_figures({**part, "chance": {"places": {}, **part_chance}}, f"{task} ",
+                               f"coordinate digits of {task} answers giving a {task}")
     figs.append(Metric("no_valid_answer_rate", "answer gives no valid point or box", g["no_valid_answer_rate"],
                        g["records"], "grounding answers", g["no_valid_answer"], ch.get("no_valid_answer_rate"),
                        lower_is_better=True))
     return figs
 
 
-def _digit_figures(part: Mapping, prefix: str) -> list[Metric]:
-    over = "target digits of answers that hold a " + ("time" if prefix else "number")
+def _point_text(point) -> str | None:
+    return None if point is None else f"[{point[0]:g}, {point[1]:g}]"
+
+
+def _digit_figures(part: Mapping, prefix: str, over: str | None = None) -> list[Metric]:
+    over = over or "target digits of answers that hold a " + ("time" if prefix else "number")
     ch = part["chance"]
     figs = [] if prefix else [Metric("digit_accuracy", "digit accuracy (all places)", part["digit_accuracy"],
                                      sum(p["target_digits"] for p in part["places"].values()), over,

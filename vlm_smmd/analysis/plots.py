@@ -1,5 +1,6 @@
 """The report's PNG plots: per-place digit accuracy, |digit error|, confusion matrices, error distributions,
-clock breakdowns and training curves, one file each, several runs overlaid."""
+clock breakdowns, predicted vs true points and boxes, and training curves, one file each, several runs
+overlaid."""
 
 from __future__ import annotations
 
@@ -50,11 +51,12 @@ def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[float
 
 
 def place_order(tables: Iterable[Mapping[str, Mapping]]) -> list[str]:
-    """The places of several per-place tables, most significant first (clock places in CLOCK_PLACES order)."""
+    """The places of several per-place tables, most significant first (clock places in CLOCK_PLACES order,
+    a table giving each place an "order" in that order)."""
     rank: dict[str, float] = {}
     for table in tables:
         for name, p in table.items():
-            rank[name] = -p["place"] if "place" in p else CLOCK_PLACES.index(name)
+            rank[name] = p["order"] if "order" in p else -p["place"] if "place" in p else CLOCK_PLACES.index(name)
     return sorted(rank, key=rank.get)
 
 
@@ -81,8 +83,10 @@ def _confusion_plot(conf: Sequence[Sequence[int]], title: str, path: Path) -> No
     save_figure(fig, path)
 
 
-def _digit_plots(parts: Mapping[str, Mapping], out: Path, prefix: str, what: str) -> dict[str, str]:
-    """Per-place accuracy, |digit error| distribution and confusion matrices of numbers or clock readings."""
+def _digit_plots(parts: Mapping[str, Mapping], out: Path, prefix: str, what: str,
+                 holding: str | None = None) -> dict[str, str]:
+    """Per-place accuracy, |digit error| distribution and confusion matrices of numbers, clock readings or
+    coordinates; `holding` as in the report's `_digit_tables`."""
     files: dict[str, str] = {}
     runs = [r for r, p in parts.items() if p["places"]]
     if not runs:
@@ -97,7 +101,7 @@ def _digit_plots(parts: Mapping[str, Mapping], out: Path, prefix: str, what: str
                              (parts[r]["places"].get(nm) for nm in names)] for r in runs})
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("accuracy (correct / target digits)")
-    ax.set_title(f"{what}: accuracy per place (answers holding a {'time' if prefix else 'number'})")
+    ax.set_title(f"{what}: accuracy per place (answers holding {holding or ('a time' if prefix else 'a number')})")
     save_figure(fig, out / f"{prefix}place_accuracy.png")
     files[f"{prefix}place_accuracy"] = f"{prefix}place_accuracy.png"
 
@@ -203,7 +207,99 @@ def write_plots(analyses: Mapping[str, dict], out: Path) -> dict[str, str]:
         ax.set_title("Hour vs minute correctness")
         save_figure(fig, out / "clock_breakdown.png")
         files["clock_breakdown"] = "clock_breakdown.png"
+
+    grounding = {r: a.get("grounding") or {} for r, a in analyses.items()}
+    for task in ("point", "box"):
+        have = {r: g[f"{task}_digits"] for r, g in grounding.items() if g.get(f"{task}_digits")}
+        if have:
+            first = next(iter(have))
+            chance = {"places": {}, "digit_error_fractions": [None] * 10,
+                      **((grounding[first].get("chance") or {}).get(f"{task}_digits") or {})}
+            files.update(_digit_plots({r: {**part, "chance": chance} for r, part in have.items()}, out,
+                                      f"{task}_", f"{task.capitalize()} coordinates", f"a valid {task}"))
+    if any(g.get("examples") for g in grounding.values()):
+        if grounding_examples({r: g.get("examples") or [] for r, g in grounding.items()},
+                              out / "grounding_examples.png"):
+            files["grounding_examples"] = "grounding_examples.png"
     return files
+
+
+def _example_frame(example: Mapping):
+    """(image or None, (width, height) of the answer's coordinate frame, scale from answer units to that
+    image's pixels). Absolute answers are pixels of the resized image; norm1000 answers are drawn on the
+    image as stored, scaled by its size / 1000."""
+    from PIL import Image
+
+    rw, rh, w, h = example.get("frame") or (None,) * 4
+    image = None
+    if example.get("image"):
+        try:
+            with Image.open(example["image"]) as im:
+                image = im.convert("RGB")
+        except OSError:  # moved or deleted since the evaluation: drawn on a blank frame, said in the title
+            image = None
+    if example.get("coords") == "norm1000":
+        size = image.size if image is not None else (w or 1000, h or 1000)
+        return image, size, (size[0] / 1000, size[1] / 1000)
+    size = (rw or w, rh or h) if (rw or w) else (image.size if image is not None else None)
+    if size is None:
+        coords = [v for v in (example.get("answer") or []) + (example.get("prediction") or [])]
+        size = (max(coords[0::2] + [1]) * 1.2, max(coords[1::2] + [1]) * 1.2)
+    if image is not None and image.size != tuple(int(v) for v in size):
+        image = image.resize((int(size[0]), int(size[1])))
+    return image, size, (1.0, 1.0)
+
+
+def _draw(ax, values, size, scale, colour: str, marker: str | None, label: str | None = None) -> None:
+    """A point (marker), a box (rectangle), or no valid answer (a cross in the top-left corner)."""
+    from matplotlib.patches import Rectangle
+
+    if values is None:
+        ax.plot([0.04 * size[0]], [0.06 * size[1]], "x", color=colour, markersize=10, mew=2, label=label)
+    elif len(values) == 2:
+        ax.plot([values[0] * scale[0]], [values[1] * scale[1]], marker, color=colour, markersize=9, mew=2,
+                markerfacecolor="none", label=label)
+    else:
+        x1, y1, x2, y2 = (v * scale[i % 2] for i, v in enumerate(values))
+        ax.add_patch(Rectangle((x1, y1), x2 - x1, y2 - y1, fill=False, edgecolor=colour, linewidth=2, label=label))
+
+
+def grounding_examples(examples: Mapping[str, Sequence[Mapping]], path: Path) -> bool:
+    """The first records of each run (by the first run's ids): the image with the target (green) and each
+    run's answer (its colour; a cross at the corner when the answer gives no valid point or box)."""
+    runs = list(examples)
+    first = next((r for r in runs if examples[r]), None)
+    if first is None:
+        return False
+    shown = examples[first]
+    by_id = {r: {e["id"]: e for e in examples[r]} for r in runs}
+    cols = min(4, len(shown) + 1)  # one slot more than examples: the legend's
+    rows = (len(shown) + cols) // cols
+    fig, axes = new_figure(3.0 * cols, 3.0 * rows + 0.4, ncols=cols, nrows=rows)
+    axes = axes if isinstance(axes, list) else [axes]
+    for ax, example in zip(axes, shown):
+        image, size, scale = _example_frame(example)
+        if image is not None:
+            ax.imshow(image, extent=(0, size[0], size[1], 0))
+        ax.set_xlim(0, size[0])
+        ax.set_ylim(size[1], 0)
+
+        if example["task"] == "point" and example.get("box"):
+            _draw(ax, example["box"], size, scale, "limegreen", None)
+        _draw(ax, example["answer"], size, scale, "limegreen", "o", "target")
+        for i, r in enumerate(runs):
+            e = by_id[r].get(example["id"])
+            if e is not None:
+                _draw(ax, e.get("prediction"), size, scale, f"C{i}", "+", r)
+        ax.set_title(f"{example['id']}" + ("" if image is not None else " (no image)"), fontsize=8)
+        ax.tick_params(labelsize=6)
+    for ax in axes[len(shown):]:
+        ax.axis("off")
+    handles = {label: h for ax in axes[:len(shown)] for h, label in zip(*ax.get_legend_handles_labels())}
+    axes[len(shown)].legend(handles.values(), handles.keys(), loc="center", fontsize=9)
+    fig.suptitle("Predicted vs true (answer coordinates; green = target)", fontsize=10)
+    save_figure(fig, path)
+    return True
 
 
 def training_curve(history: Sequence[Mapping], chance: Mapping[str, float | None], title: str, path: Path) -> bool:

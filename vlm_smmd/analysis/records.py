@@ -128,11 +128,11 @@ def analyze_records(records: Iterable[Mapping], *, swap_tolerance: float = SWAP_
     "constant" entries (package docstring). Raw per-record relative errors and clock gaps are kept, sorted,
     under numeric.relative_error.values and clock.gaps (for plots). With chance=False the chance and
     best-constant entries are left empty (None figures): faster, for many runs of one evaluation set.
-    grounding holds a "chance" entry only (no best constant)."""
+    grounding's "constant" holds the point figures' best constant only (none for boxes)."""
     recs = [_checked(r, f"record {i} (id {r.get('id')!r})" if isinstance(r, dict) else f"record {i}")
             for i, r in enumerate(records)]
     kinds: Counter = Counter()
-    numeric_pairs, clock_pairs, grounding_pairs = [], [], []
+    numeric_pairs, clock_pairs, grounding_pairs, grounding_records = [], [], [], []
     by_source: dict[str, Counter] = {}
     em_total = relaxed_total = 0.0
     n_chart = 0
@@ -154,10 +154,11 @@ def analyze_records(records: Iterable[Mapping], *, swap_tolerance: float = SWAP_
             clock_pairs.append((r["prediction"], parse_time(r["targets"][0])))
         elif kind == "grounding":
             grounding_pairs.append((r["prediction"], grounding_target(r)))
+            grounding_records.append(r)
     distinct = distinct_records(recs) if chance else []
     numeric = numeric_analysis(numeric_pairs)
     clock = clock_analysis(clock_pairs, swap_tolerance)
-    grounding = grounding_analysis(grounding_pairs)
+    grounding = grounding_analysis(grounding_pairs, grounding_records)
     if chance:
         grounding.update(grounding_chance([grounding_target(r) for r in distinct if record_kind(r) == "grounding"]))
         numeric.update(numeric_chance([r["targets"][0] for r in distinct if record_kind(r) == "numeric"]))
@@ -167,7 +168,7 @@ def analyze_records(records: Iterable[Mapping], *, swap_tolerance: float = SWAP_
         for part in (numeric, clock):
             part.update(chance={"method": "not computed", "places": {}, "digit_error_fractions": [None] * 10},
                         constant={})
-        grounding.update(chance={"method": "not computed"})
+        grounding.update(chance={"method": "not computed"}, constant={})
     n = len(recs)
     unknown = Counter(r["source"] for r in recs if r["source"] not in TASKS)
     return {

@@ -153,12 +153,13 @@ def _collapse_section(runs: Sequence[str], analyses: Mapping[str, dict]) -> list
 
 
 def _digit_tables(runs: Sequence[str], parts: Mapping[str, Mapping], plots: Mapping[str, str], prefix: str,
-                  level: str) -> list[str]:
-    """Per-place accuracy with chance, |digit error| histogram with chance, confusion matrices."""
+                  level: str, holding: str | None = None) -> list[str]:
+    """Per-place accuracy with chance, |digit error| histogram with chance, confusion matrices. `holding`:
+    what the answers counted hold ("a number" without a prefix, else "a time")."""
     names = place_order(parts[r]["places"] for r in runs)
     md = [f"{level} Accuracy per place", "",
-          "accuracy = correct / target digits at that place (over answers holding a "
-          f"{'time' if prefix else 'number'}); missing = the answer has no digit there; extra = it has a digit "
+          "accuracy = correct / target digits at that place (over answers holding "
+          f"{holding or ('a time' if prefix else 'a number')}); missing = the answer has no digit there; extra = it has a digit "
           "where the target has none.", ""]
 
     def place_cell(r, nm):
@@ -236,7 +237,7 @@ def write_report(analyses: Mapping[str, dict], out_dir, *, inputs: Mapping[str, 
         md += _clock_section(runs, clock, plots)
     grounding = {r: analyses[r].get("grounding") or {"records": 0} for r in runs}
     if any(g["records"] for g in grounding.values()):
-        md += _grounding_section(runs, grounding)
+        md += _grounding_section(runs, grounding, plots)
 
     (out / "analysis.json").write_text(json.dumps(
         {"runs": analyses, "comparison": compare_runs(analyses), "inputs": inputs, "notes": list(notes),
@@ -355,16 +356,17 @@ def _clock_section(runs, clock, plots) -> list[str]:
     return md
 
 
-def _grounding_section(runs, grounding) -> list[str]:
+def _grounding_section(runs, grounding, plots) -> list[str]:
     runs = [r for r in runs if grounding[r]["records"]]
     g0 = grounding[runs[0]]
-    ch = g0["chance"]
+    ch, const = g0["chance"], g0.get("constant") or {}
     thr = f"{g0['iou_threshold']:g}"
     md = ["## Points and boxes", "",
           "Coordinates as the answer writes them (pixels of the resized image, or 0..1000). IoU and the IoU "
           f">= {thr} share are over every box record (an answer giving no valid box scores 0); point in box over "
           "every point record with a target box (no valid point is a miss); corner and centre errors over the "
-          "answers giving a box or a point. Chance pairs records of the same task.", ""]
+          "answers giving a box or a point. Chance pairs records of the same task; the best constant point "
+          "(in brackets) is the one point inside the most target boxes, or nearest to all target points.", ""]
 
     def count(r, key, n_key):
         g = grounding[r]
@@ -388,9 +390,44 @@ def _grounding_section(runs, grounding) -> list[str]:
     if any(grounding[r]["point_records"] for r in runs):
         rows += [["point records", *(grounding[r]["point_records"] for r in runs), "–"],
                  ["point in box", *(count(r, "point_in_box", "point_in_box_records") for r in runs),
-                  ch.get("point_in_box_rate")],
+                  _with_constant(ch.get("point_in_box_rate"), const, "point_in_box")],
                  ["centre error (distance to the target point)",
-                  *(error(r, "centre_error", "point_records") for r in runs), ch.get("centre_error_mean")],
+                  *(error(r, "centre_error", "point_records") for r in runs),
+                  _with_constant(ch.get("centre_error_mean"), const, "centre_error")],
                  ["no valid point", *(grounding[r]["no_valid_point"] for r in runs), "–"]]
     md += md_table(["", *runs, "chance"], rows)
+    if "grounding_examples" in plots:
+        md += ["### Predicted vs true on the first records", "",
+               "Target box or point in green, each run's answer in its colour (a cross: no valid answer).", "",
+               f"![predicted vs true]({plots['grounding_examples']})", ""]
+    for task in ("point", "box"):
+        have = [r for r in runs if grounding[r].get(f"{task}_digits")]
+        if not have:
+            continue
+        parts = {r: {**grounding[r][f"{task}_digits"],
+                     "chance": {"places": {}, "digit_error_fractions": [None] * 10,
+                                **((grounding[have[0]].get("chance") or {}).get(f"{task}_digits") or {})}}
+                 for r in have}
+        ch_coords = parts[have[0]]["chance"].get("coordinates") or {}
+        md += [f"### Each coordinate of the {task} answers", "",
+               f"Over the {task} answers giving a valid {task}; |error| in answer units. Chance pairs records as "
+               "above.", ""]
+        md += md_table(["coordinate", *have, "chance mean |error|", "chance exact"],
+                       [[name, *(_coordinate_cell(parts[r]["coordinates"][name]) for r in have), ch_coords.get(name, {}).get("mean_abs_error"),
+                         ch_coords.get(name, {}).get("exact_rate")] for name in parts[have[0]]["coordinates"]])
+        if any(parts[r]["places"] for r in have):
+            md += _digit_tables(have, parts, plots, f"{task}_", "####", f"a valid {task}")
     return md
+
+
+def _coordinate_cell(c: Mapping) -> str:
+    return f"{fmt(c['mean_abs_error'])} (median {fmt(c['median_abs_error'])}); exact {c['exact']}/{c['analysed']}"
+
+
+def _with_constant(chance, const: Mapping, key: str) -> str:
+    """A chance cell with the best constant answer's figure where there is one: "0.064 (best constant 0.106
+    at [90, 94])"."""
+    if const.get(f"{key}_answer") is None:
+        return fmt(chance)
+    x, y = const[f"{key}_answer"]
+    return f"{fmt(chance)} (best constant {fmt(const[f'{key}_mean' if key == 'centre_error' else f'{key}_rate'])} at [{x:g}, {y:g}])"
