@@ -443,3 +443,19 @@ def test_synthesize_grounding_renders_once(tmp_path, capsys):
     args.synthesize_seed = 3
     with pytest.raises(ConfigError, match="seed 0 there, 3 asked"):
         synthesize_if_missing(args)
+
+
+def test_eval_and_compare_generate_enough_tokens_for_a_box_by_default(tmp_path, qwen_tokenizer):
+    from vlm_smmd.commands import compare, evaluate
+
+    box = '{"bbox_2d": [1197, 1175, 1279, 1257], "label": "dark red triangle"}'  # with the end of turn
+    assert len(qwen_tokenizer(box)["input_ids"]) + 1 <= TASKS["grounding"].answer_tokens
+    assert evaluate.parse(["--model", "m", "--data", f"grounding:{tmp_path}", "--out", str(tmp_path)]).max_new_tokens == 64
+    assert evaluate.parse(["--model", "m", "--data", f"chartqa:{tmp_path}", "--data", f"refcoco:{tmp_path}",
+                           "--out", str(tmp_path)]).max_new_tokens == 64
+    assert evaluate.parse(["--model", "m", "--data", f"chartqa:{tmp_path}", "--out", str(tmp_path)]).max_new_tokens == 16
+    args = compare.parse(["configs/scratch_cpu_point.yaml", "--out", str(tmp_path / "c"), "--aux", "none"])
+    assert args.max_new_tokens == 64
+    args = compare.parse(["configs/scratch_cpu_point.yaml", "--out", str(tmp_path / "c"), "--aux", "none",
+                          "--max-new-tokens", "40"])
+    assert args.max_new_tokens == 40

@@ -48,6 +48,7 @@ from pathlib import Path
 from data_synth.args import Parser
 
 from ..config import AUX_NAMES, ConfigError, check_config, parse_overrides
+from ..data.tasks import answer_tokens
 from ..experiments.variants import KERNEL_CONTROLS, RESERVED
 from . import Output, UsageError
 
@@ -70,7 +71,9 @@ def build_parser() -> Parser:
                              "settings, which is resumed (a folder holding anything else is refused)")
     parser.add_argument("--eval-limit", type=int, help="evaluate the first N samples of the eval split (default all)")
     parser.add_argument("--eval-batch-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="tokens generated per answer (default: what the task's answers need: 64 for points "
+                             "and boxes, else 16)")
     parser.add_argument("--launcher", help="train under this command prefix instead of python, e.g. "
                                            "'torchrun --nproc_per_node 8' (it gets -m vlm_smmd.cli train ...)")
     parser.add_argument("--jobs", type=int, default=1,
@@ -140,6 +143,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
             raise ConfigError(f"{args.config}: no such config file")
         args.model_args, args.data_args, args.loss_args, _ = check_config(args.config, args.overrides)
         args.data = eval_data(args.data_args)
+        if args.max_new_tokens is None:
+            args.max_new_tokens = answer_tokens(name for name, _ in args.data)
     except ConfigError as e:
         raise UsageError(e) from None
     if not args.auxes and not args.controls:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from data_synth.args import Parser
 
-from ..data.tasks import TASKS
+from ..data.tasks import TASKS, answer_tokens
 from . import Output, existing
 
 OUTPUTS = ("predictions.jsonl", "metrics.json")
@@ -50,7 +50,9 @@ def build_parser() -> Parser:
     parser.add_argument("--split", default="test", help="split to read (default %(default)s)")
     parser.add_argument("--limit", type=int, help="evaluate the first N samples of each dataset")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="tokens generated per answer (default: what the tasks' answers need: 64 for points "
+                             "and boxes, else 16)")
     parser.add_argument("--instruction", help="text appended to each question (default: the training run's, "
                         "from run_config.json beside the model)")
     parser.add_argument("--system-prompt", help="system turn (default: the training run's, from run_config.json)")
@@ -74,6 +76,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit must be >= 1, got {args.limit}")
+    if args.max_new_tokens is None:
+        args.max_new_tokens = answer_tokens(name for name, _ in args.data)
     if args.batch_size < 1 or args.max_new_tokens < 1:
         parser.error("--batch-size and --max-new-tokens must be >= 1")
     if args.max_image_pixels is not None and args.max_image_pixels < 0:

@@ -29,6 +29,7 @@ class Task:
     breakdowns: tuple[str, ...] = ()  # meta keys results are grouped by (clocks: every style key instead)
     image: bool = True  # False: text-only samples (image None)
     unseen_key: str | None = None  # what its unseen split holds out, when not the answers: a meta key
+    answer_tokens: int = 16  # eval's default --max-new-tokens: enough for its longest answers
 
 
 TASKS = {t.name: t for t in (
@@ -42,15 +43,22 @@ TASKS = {t.name: t for t in (
     Task("arithmetic", "arithmetic:read_arithmetic", "final_number", ("operation",), image=False),
     Task("word_problems", "word_problems:read_word_problems", "final_number", ("template", "steps", "distractor"),
          image=False, unseen_key="template"),  # its test_unseen holds out templates; answers recur
+    # JSON points and boxes: '{"bbox_2d": [197, 175, 279, 257], "label": "red triangle"}' is 35 Qwen tokens
     Task("grounding", "grounding:read_grounding", "grounding", ("task", "coords"),
-         unseen_key="position"),  # its test_unseen holds out the target's grid cells
-    Task("refcoco", "refcoco:read_refcoco", "grounding", ("dataset", "category")),  # RefCOCO/+/g boxes
+         unseen_key="position", answer_tokens=64),  # its test_unseen holds out the target's grid cells
+    Task("refcoco", "refcoco:read_refcoco", "grounding", ("dataset", "category"),
+         answer_tokens=64),  # RefCOCO/+/g boxes
 )}
 
 # `synthesize:` kinds: the synthetic set rendered into data_root, and the task whose layout it is written in
 # (bars: unlabelled bars against an axis, in ChartQA's layout). "none" renders nothing.
 SYNTHESIZERS = {"clocks": "clocks", "chartqa": "chartqa", "plotqa": "plotqa", "dvqa": "dvqa", "bars": "chartqa",
                 "arithmetic": "arithmetic", "word_problems": "word_problems", "grounding": "grounding"}
+
+
+def answer_tokens(names) -> int:
+    """New tokens that the longest answers of these tasks need (eval's and compare's default)."""
+    return max(task(name).answer_tokens for name in names)
 
 
 def task(name: str) -> Task:
