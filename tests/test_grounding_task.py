@@ -261,7 +261,7 @@ def test_best_constant_point_against_a_search_of_every_pixel():
     from vlm_smmd.analysis.grounding import best_point, geometric_median
 
     rng = np.random.default_rng(0)
-    for trial in range(20):
+    for _ in range(20):
         x1, y1 = rng.integers(0, 30, (2, 25))
         boxes = [(a, b, a + w, b + h) for a, b, w, h in zip(x1, y1, *rng.integers(0, 12, (2, 25)))]
         (x, y), inside = best_point(boxes)
@@ -269,9 +269,9 @@ def test_best_constant_point_against_a_search_of_every_pixel():
         assert inside == max(map(max, depth)) == sum(a <= x <= c and b <= y <= d for a, b, c, d in boxes)
         points = rng.normal(0, 10, (15, 2)).tolist()
         m = geometric_median(points)
-        total = lambda q: sum(math.dist(q, p) for p in points)  # noqa: E731
         grid = [(m[0] + dx / 10, m[1] + dy / 10) for dx in range(-20, 21) for dy in range(-20, 21)]
-        assert total(m) <= min(map(total, grid)) + 1e-6
+        sums = [sum(math.dist(q, p) for p in points) for q in grid]
+        assert sums[len(grid) // 2] <= min(sums) + 1e-6  # the middle of the grid is m itself
 
 
 def test_examples_plot_draws_the_image_and_every_runs_answer(tmp_path):
@@ -459,3 +459,13 @@ def test_eval_and_compare_generate_enough_tokens_for_a_box_by_default(tmp_path, 
     args = compare.parse(["configs/scratch_cpu_point.yaml", "--out", str(tmp_path / "c"), "--aux", "none",
                           "--max-new-tokens", "40"])
     assert args.max_new_tokens == 40
+
+
+def test_report_shows_the_image_side_only_for_synthetic_sets_it_sets(tmp_path):
+    a = analyze_records(planted_records())
+    for kind, shown in (("grounding", False), ("bars", True), ("clocks", True)):
+        config = {"dataset": "grounding", "synthesize": kind, "synthesize_num": 100, "synthesize_size": 224}
+        info = {"run": {"config": config, "log_history": None, "evaluation": None, "notes": []}}
+        report = write_report({"run": a}, tmp_path / kind, run_info=info).read_text()
+        section = report.split("## Runs")[1].split("<details>")[0]
+        assert ("| synthesize_size | 224 |" in section) == shown and "| synthesize | " in section

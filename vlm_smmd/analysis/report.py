@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from vlm_smmd.data.tasks import TASKS
+from vlm_smmd.data.tasks import SIZED_SYNTHESIZERS, TASKS
 
 from .clocks import GAP_BUCKETS, WITHIN_MINUTES, WORST_GAP
 from .collapse import COLLAPSE_DISTINCT, COLLAPSE_SHARE
@@ -100,7 +100,8 @@ def _run_section(runs: Sequence[str], infos: Mapping[str, Mapping | None], analy
             shown += [k for k in config if k not in shown and _SIZE_KEY.search(k)]
             steps = config.get("max_steps")
             shown = [k for k in shown if config[k] is not None  # epochs do not count when max_steps is set
-                     and not (k == "num_train_epochs" and isinstance(steps, int) and steps > 0)]
+                     and not (k == "num_train_epochs" and isinstance(steps, int) and steps > 0)
+                     and not (k == "synthesize_size" and config.get("synthesize") not in SIZED_SYNTHESIZERS)]
             md += md_table(["setting", "value"], [[k, _raw(config[k])] for k in shown])
             md += ["<details><summary>every setting of the run (run_config.json)</summary>", ""]
             md += md_table(["key", "value"], [[k, _raw(v)] for k, v in config.items()])

@@ -54,6 +54,7 @@ TASKS = {t.name: t for t in (
 # (bars: unlabelled bars against an axis, in ChartQA's layout). "none" renders nothing.
 SYNTHESIZERS = {"clocks": "clocks", "chartqa": "chartqa", "plotqa": "plotqa", "dvqa": "dvqa", "bars": "chartqa",
                 "arithmetic": "arithmetic", "word_problems": "word_problems", "grounding": "grounding"}
+SIZED_SYNTHESIZERS = ("clocks", "bars")  # the kinds `synthesize_size` sets the image side of (others: their options)
 
 
 def answer_tokens(names) -> int:
