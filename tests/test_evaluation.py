@@ -1,6 +1,7 @@
 """Evaluation: answer extraction, scores, metrics, batched generation, and `vlm-smmd eval` end to end."""
 
 import json
+import os
 import statistics
 
 import pytest
@@ -334,7 +335,8 @@ def test_eval_end_to_end(saved_tiny_model, eval_data, tmp_path, capsys):
     assert len(records) == 10
     for r in records:
         assert set(r) == {"id", "source", "split", "question", "target", "targets", "prediction", "raw_output",
-                          "meta", "scores"}
+                          "meta", "scores", "image"}
+        assert os.path.isabs(r["image"]) and os.path.isfile(r["image"])
         assert r["split"] == "test"
         assert r["prediction"] == extract_answer(r["raw_output"], r["source"])
         assert r["scores"] == score_prediction(r["prediction"], r["targets"], r["source"])

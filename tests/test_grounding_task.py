@@ -267,11 +267,18 @@ def test_best_constant_point_against_a_search_of_every_pixel():
         (x, y), inside = best_point(boxes)
         depth = [[sum(a <= px <= c and b <= py <= d for a, b, c, d in boxes) for py in range(42)] for px in range(42)]
         assert inside == max(map(max, depth)) == sum(a <= x <= c and b <= y <= d for a, b, c, d in boxes)
-        points = rng.normal(0, 10, (15, 2)).tolist()
-        m = geometric_median(points)
-        grid = [(m[0] + dx / 10, m[1] + dy / 10) for dx in range(-20, 21) for dy in range(-20, 21)]
-        sums = [sum(math.dist(q, p) for p in points) for q in grid]
-        assert sums[len(grid) // 2] <= min(sums) + 1e-6  # the middle of the grid is m itself
+        # scattered points, and clustered ones (copies of a few cells) whose median may be one of them
+        cells = rng.integers(0, 8, (4, 2)) * 50.0
+        for points in (rng.normal(0, 10, (15, 2)).tolist(), cells[rng.integers(0, 4, 9)].tolist()):
+            m = geometric_median(points)
+            grid = [(m[0] + dx / 10, m[1] + dy / 10) for dx in range(-20, 21) for dy in range(-20, 21)] + points
+            sums = [sum(math.dist(q, p) for p in points) for q in grid]
+            assert sums[840] <= min(sums) + 1e-6  # grid[840] is m itself
+    # a start (the mean) on a data point that is not the median; a median that is a repeated point
+    assert geometric_median([(0, 0), (10, 0), (10, 0), (10, 0), (-30, 0)]) == (10.0, 0.0)
+    skew = [(0, 0), (20, 0), (20, 0), (20, 1), (-60, -1)]  # (20, 0)'s others pull 2.23 > its 2 copies: not it
+    assert sum(math.dist(geometric_median(skew), p) for p in skew) < sum(math.dist((20, 0), p) for p in skew) - 0.01
+    assert geometric_median([(50, 350)] * 4 + [(450, 50)] * 3 + [(250, 250)]) == (50.0, 350.0)
 
 
 def test_examples_plot_draws_the_image_and_every_runs_answer(tmp_path):
@@ -291,6 +298,12 @@ def test_examples_plot_draws_the_image_and_every_runs_answer(tmp_path):
     pixels = np.asarray(Image.open(tmp_path / "out" / "grounding_examples.png").convert("RGB")).reshape(-1, 3)
     blue = ((pixels[:, 2] > 200) & (pixels[:, 0] < 40) & (pixels[:, 1] < 40)).sum()
     assert blue > 2000  # record a's image, drawn
+    # an unreadable image file and a meta giving one side only still draw (blank frames)
+    (tmp_path / "text.png").write_text("not an image")
+    records[2]["image"] = str(tmp_path / "text.png")
+    records[3]["meta"] = {**records[3]["meta"], "width": 40}
+    assert write_report({"one": analyze_records(records)}, tmp_path / "odd").is_file()
+    assert (tmp_path / "odd" / "grounding_examples.png").stat().st_size > 1000
     examples = analyze_records(records)["grounding"]["examples"]
     assert [e["id"] for e in examples] == ["a", "b", "c", "d", "e", "f"]
     assert examples[0]["image"] == str(tmp_path / "a.png") and examples[2]["prediction"] is None
@@ -451,8 +464,10 @@ def test_eval_and_compare_generate_enough_tokens_for_a_box_by_default(tmp_path, 
     box = '{"bbox_2d": [1197, 1175, 1279, 1257], "label": "dark red triangle"}'  # with the end of turn
     assert len(qwen_tokenizer(box)["input_ids"]) + 1 <= TASKS["grounding"].answer_tokens
     assert evaluate.parse(["--model", "m", "--data", f"grounding:{tmp_path}", "--out", str(tmp_path)]).max_new_tokens == 64
+    long = json.dumps({"bbox_2d": [1197, 1175, 1279, 1257], "label": " ".join(["the tall man on the left"] * 8)})
+    assert len(qwen_tokenizer(long)["input_ids"]) + 1 <= TASKS["refcoco"].answer_tokens  # a 40-word expression
     assert evaluate.parse(["--model", "m", "--data", f"chartqa:{tmp_path}", "--data", f"refcoco:{tmp_path}",
-                           "--out", str(tmp_path)]).max_new_tokens == 64
+                           "--out", str(tmp_path)]).max_new_tokens == 128
     assert evaluate.parse(["--model", "m", "--data", f"chartqa:{tmp_path}", "--out", str(tmp_path)]).max_new_tokens == 16
     args = compare.parse(["configs/scratch_cpu_point.yaml", "--out", str(tmp_path / "c"), "--aux", "none"])
     assert args.max_new_tokens == 64

@@ -7,7 +7,8 @@ DIR/metrics.json. The Python API (`generate_predictions`, `extract_answer`, `sco
 
 A prediction record: id, source, split, question, target (the training answer), targets (every accepted
 label: ChartQA keeps several), prediction (the extracted answer), raw_output (the decoded new tokens),
-meta (the sample's meta, JSON-safe) and scores:
+meta (the sample's meta, JSON-safe), image (the absolute path of its image file, for samples read from
+one; the analysis draws a few for grounding) and scores:
 - every source: exact_match (`metrics.exact_match`, case-insensitive, max over targets);
 - chartqa, plotqa, dvqa: relaxed_accuracy (ChartQA convention, max over targets);
 - clocks (against the first target, on the 12-hour dial): time_exact, hour_correct, minute_correct,

@@ -15,7 +15,8 @@ Constants are re-exported here to be read; code reads them from their own module
 there (`vlm_smmd.analysis.chance.PAIR_LIMIT`).
 
 Input records: one JSON object a line with id, source, question, prediction (string) and target (string)
-or targets (non-empty list of strings); other keys (raw_output, meta, scores) are ignored. Exact match takes
+or targets (non-empty list of strings); of the other keys, meta gives grounding its geometry and image
+the example plot its picture; raw_output and scores are ignored. Exact match takes
 the max over all targets, relaxed accuracy too (over chart-source records: chartqa, plotqa, dvqa); the
 digit and clock analyses use the first target. Sources match the task registry case-insensitively
 ("ChartQA" is chartqa); a source that names no task is scored by exact match only, counted in

@@ -177,8 +177,9 @@ def _coordinate_chance(task: str, answers: Sequence[tuple[float, ...]]) -> dict:
 
 
 def best_point(boxes: Sequence[tuple[float, ...]]) -> tuple[tuple[float, float], int]:
-    """The point inside the most of `boxes` (edges inside) and how many: the deepest region of closed
-    rectangles has its lower-left corner at some box's (x1, y1), so those candidates are exhaustive."""
+    """The point inside the most of `boxes` (edges inside) and how many. The deepest region of closed
+    rectangles is a rectangle whose corner (least x, least y) is (the largest x1, the largest y1) of the
+    boxes holding it, so the pairs (some box's x1, some box's y1) are exhaustive candidates."""
     b = np.asarray(boxes, dtype=np.float64)
     xs, ys = np.unique(b[:, 0]), np.unique(b[:, 1])
     in_x = ((xs[:, None] >= b[None, :, 0]) & (xs[:, None] <= b[None, :, 2])).astype(np.float32)
@@ -188,18 +189,32 @@ def best_point(boxes: Sequence[tuple[float, ...]]) -> tuple[tuple[float, float],
     return (float(xs[i]), float(ys[j])), int(counts[i, j])
 
 
-def geometric_median(points: Sequence[tuple[float, float]], steps: int = 200) -> tuple[float, float]:
-    """The point with the least summed distance to `points` (Weiszfeld's iteration from the mean)."""
-    p = np.asarray(points, dtype=np.float64)
-    m = p.mean(axis=0)
+def geometric_median(points: Sequence[tuple[float, float]], steps: int = 5000) -> tuple[float, float]:
+    """The point with the least summed distance to `points`. A data point x_k (w_k copies) is it exactly
+    when the others' pull, |sum over x_i != x_k of (x_i - x_k) / |x_i - x_k||, is at most w_k (checked for
+    every distinct point); otherwise it is no data point and Weiszfeld's iteration from the mean converges
+    to it."""
+    xs, w = np.unique(np.asarray(points, dtype=np.float64), axis=0, return_counts=True)
+    for start in range(0, len(xs), 256):  # blocks of candidates: memory 256 x len(xs) x 2
+        block = xs[start:start + 256]
+        diff = xs[None, :, :] - block[:, None, :]
+        dist = np.linalg.norm(diff, axis=2)
+        unit = np.divide(diff, dist[..., None], out=np.zeros_like(diff), where=dist[..., None] > 0)
+        pull = np.linalg.norm((unit * w[None, :, None]).sum(axis=1), axis=1)
+        hit = np.flatnonzero(pull <= w[start:start + 256] * (1 + 1e-9))
+        if hit.size:
+            return float(block[hit[0], 0]), float(block[hit[0], 1])
+    m = (xs * w[:, None]).sum(axis=0) / w.sum()
     for _ in range(steps):
-        d = np.linalg.norm(p - m, axis=1)
-        if np.any(d < 1e-9):  # on a data point: stop there (it is optimal or close to it)
-            break
-        new = (p / d[:, None]).sum(axis=0) / (1.0 / d).sum()
-        if np.linalg.norm(new - m) < 1e-9:
-            break
+        d = np.linalg.norm(xs - m, axis=1)
+        if np.any(d == 0):  # on a data point, which is not the median (checked above): step off it
+            m = m + 1e-7 * (1.0 + np.abs(m))
+            continue
+        new = (xs * (w / d)[:, None]).sum(axis=0) / (w / d).sum()
+        done = np.linalg.norm(new - m) <= 1e-10 * (1.0 + np.linalg.norm(m))
         m = new
+        if done:
+            break
     return float(m[0]), float(m[1])
 
 
@@ -226,7 +241,7 @@ def grounding_chance(targets: Sequence[GroundingTarget]) -> dict:
     constant: dict = {}
     if judged:
         point, inside = best_point([b for _, b in judged])
-        constant.update(point_in_box_rate=inside / len(judged), point_in_box_answer=[round(v, 3) for v in point])
+        constant.update(point_in_box_rate=inside / len(judged), point_in_box_answer=list(point))
     if points:
         median = geometric_median([a for a, _ in points])
         constant.update(centre_error_mean=statistics.fmean(math.dist(median, a) for a, _ in points),

@@ -33,8 +33,8 @@ def headline(a: Mapping) -> list[Metric]:
     MAE, within ±1 / ±2, non-numeric answers, digit accuracy overall and per place), the clock figures
     (hour, minute, exact, within 5 min, mean gap over answers holding a time and worst case, no time,
     digit accuracy per place), the grounding figures (mean IoU, IoU >= 0.5 and corner error of box answers;
-    point-in-box and centre error of point answers; no valid answer). Only those that apply to the run's
-    records."""
+    point-in-box and centre error of point answers, with their best constant; each coordinate's mean
+    |error| and per-place digit accuracy; no valid answer). Only those that apply to the run's records."""
     figs = [Metric("exact_match", "exact match", a["exact_match"], a["records"], "records", a["exact_match_count"],
                    a["chance"]["exact_match"], a["chance"]["constant"]["exact_match"],
                    a["chance"]["constant"]["exact_match_answer"])]

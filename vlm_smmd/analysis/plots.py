@@ -236,14 +236,14 @@ def _example_frame(example: Mapping):
         try:
             with Image.open(example["image"]) as im:
                 image = im.convert("RGB")
-        except OSError:  # moved or deleted since the evaluation: drawn on a blank frame, said in the title
+        except Exception:  # moved, deleted or unreadable since the evaluation: a blank frame, said in the title
             image = None
     if example.get("coords") == "norm1000":
-        size = image.size if image is not None else (w or 1000, h or 1000)
+        size = image.size if image is not None else (w, h) if w and h else (1000, 1000)
         return image, size, (size[0] / 1000, size[1] / 1000)
-    size = (rw or w, rh or h) if (rw or w) else (image.size if image is not None else None)
-    if size is None:
-        coords = [v for v in (example.get("answer") or []) + (example.get("prediction") or [])]
+    size = (rw, rh) if rw and rh else (w, h) if w and h else image.size if image is not None else None
+    if size is None:  # no size anywhere: a frame around what is drawn
+        coords = [v for key in ("answer", "box", "prediction") for v in example.get(key) or []]
         size = (max(coords[0::2] + [1]) * 1.2, max(coords[1::2] + [1]) * 1.2)
     if image is not None and image.size != tuple(int(v) for v in size):
         image = image.resize((int(size[0]), int(size[1])))
@@ -297,7 +297,8 @@ def grounding_examples(examples: Mapping[str, Sequence[Mapping]], path: Path) ->
         ax.axis("off")
     handles = {label: h for ax in axes[:len(shown)] for h, label in zip(*ax.get_legend_handles_labels())}
     axes[len(shown)].legend(handles.values(), handles.keys(), loc="center", fontsize=9)
-    fig.suptitle("Predicted vs true (answer coordinates; green = target)", fontsize=10)
+    fig.suptitle("Predicted vs true (green: target; axes in pixels of the image the answer's coordinates refer "
+                 "to)", fontsize=10)
     save_figure(fig, path)
     return True
 

@@ -72,8 +72,8 @@ def build_parser() -> Parser:
     parser.add_argument("--eval-limit", type=int, help="evaluate the first N samples of the eval split (default all)")
     parser.add_argument("--eval-batch-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int,
-                        help="tokens generated per answer (default: what the task's answers need: 64 for points "
-                             "and boxes, else 16)")
+                        help="tokens generated per answer (default: what the tasks' answers need: 64 for grounding, "
+                             "128 for RefCOCO, else 16)")
     parser.add_argument("--launcher", help="train under this command prefix instead of python, e.g. "
                                            "'torchrun --nproc_per_node 8' (it gets -m vlm_smmd.cli train ...)")
     parser.add_argument("--jobs", type=int, default=1,

@@ -51,8 +51,8 @@ def build_parser() -> Parser:
     parser.add_argument("--limit", type=int, help="evaluate the first N samples of each dataset")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int,
-                        help="tokens generated per answer (default: what the tasks' answers need: 64 for points "
-                             "and boxes, else 16)")
+                        help="tokens generated per answer (default: what the tasks' answers need: 64 for grounding, "
+                             "128 for RefCOCO, else 16)")
     parser.add_argument("--instruction", help="text appended to each question (default: the training run's, "
                         "from run_config.json beside the model)")
     parser.add_argument("--system-prompt", help="system turn (default: the training run's, from run_config.json)")

@@ -29,7 +29,7 @@ class Task:
     breakdowns: tuple[str, ...] = ()  # meta keys results are grouped by (clocks: every style key instead)
     image: bool = True  # False: text-only samples (image None)
     unseen_key: str | None = None  # what its unseen split holds out, when not the answers: a meta key
-    answer_tokens: int = 16  # eval's default --max-new-tokens: enough for its longest answers
+    answer_tokens: int = 16  # eval's default --max-new-tokens: enough for its answers (a cut answer scores 0)
 
 
 TASKS = {t.name: t for t in (
@@ -47,7 +47,7 @@ TASKS = {t.name: t for t in (
     Task("grounding", "grounding:read_grounding", "grounding", ("task", "coords"),
          unseen_key="position", answer_tokens=64),  # its test_unseen holds out the target's grid cells
     Task("refcoco", "refcoco:read_refcoco", "grounding", ("dataset", "category"),
-         answer_tokens=64),  # RefCOCO/+/g boxes
+         answer_tokens=128),  # RefCOCO/+/g boxes: the label is the whole expression (RefCOCOg's run long)
 )}
 
 # `synthesize:` kinds: the synthetic set rendered into data_root, and the task whose layout it is written in
