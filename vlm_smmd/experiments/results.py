@@ -5,7 +5,7 @@ The page leads with the primary endpoint the config declared before the runs (`p
 `primary_split`); every other figure is labelled exploratory. Paired by seed (same initialisation and data
 order): the mean difference with its paired t-interval, the exact sign-flip p, and Holm's correction across
 the comparisons of each figure (`statistics.compare_to_reference`); **bold** only where the corrected test
-rejects at 0.05. Seeds used while developing the setting (`dev_seeds`) are shown and left out of every
+rejects at 0.05 and the t-interval excludes 0. Seeds used while developing the setting (`dev_seeds`) are shown and left out of every
 aggregate and test.
 """
 
@@ -174,7 +174,8 @@ def _cell(s: dict, key: str, done: int) -> str:
 
 
 def _diff_cell(d: dict, key: str, pairs: int) -> str:
-    """+0.012 [-0.004, +0.030], Holm p; bold when the Holm-corrected sign-flip test rejects."""
+    """+0.012 [-0.004, +0.030], Holm p; bold when the Holm-corrected sign-flip test rejects and the interval
+    excludes 0."""
     if d["mean"] is None:
         return "–"
     text = fmt(d["mean"], key, signed=True)
@@ -245,7 +246,8 @@ def _primary_section(primary: Mapping, tests: Mapping, rows: Sequence[dict], col
                     "a better / worse / tied"], table)
     md += [f"- {_verdict(c, c['figures'][metric], label, lower)}" for c in tests.values()] + [""]
     methods = {c["figures"][metric]["method"] for c in tests.values()}
-    md += [f"Method: {m}. **Bold**: the Holm-corrected sign-flip p is below {ALPHA}." for m in sorted(methods)]
+    md += [f"Method: {m}. **Bold**: the Holm-corrected sign-flip p is below {ALPHA} and the t-interval excludes 0."
+           for m in sorted(methods)]
     md += [""] + ([f"![{plot}]({plot})", ""] if plot else [])
     return md
 
@@ -266,7 +268,7 @@ def _exploratory_section(split: str, rows, tests, keys, cols, chance, plots, not
         md += md_table(["variant", "n"] + [cols[k][1] + (" ↓" if cols[k][2] else "") for k in ks], table)
     if tests:
         md += ["paired differences (a - b, same seed): mean [95% paired t-interval] and Holm-corrected sign-flip p; "
-               "**bold** where that p < 0.05:", ""]
+               "**bold** where that p < 0.05 and the interval excludes 0:", ""]
         for ks in (main_keys, place_keys):
             if not ks:
                 continue
@@ -415,7 +417,7 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
             plots.append(f"plots/{split}_digit_accuracy.png")
         if panels and tests and _paired_plot(plot_dir / f"{split}_paired_differences.png", tests, col, panels,
                                              f"Paired differences on {split} (same seed): seeds, mean and 95% "
-                                             "t-interval; filled: Holm-corrected p < 0.05"):
+                                             "t-interval; filled: Holm p < 0.05, interval without 0"):
             plots.append(f"plots/{split}_paired_differences.png")
         if got.pooled[split]:
             analyses = {g: analyze_records(recs) for g, recs in got.pooled[split].items()}

@@ -10,7 +10,8 @@ The input is a vector of paired differences d_1..d_n (variant minus reference, s
   seeds can never reject at 0.05). Past `EXACT_MAX_PAIRS` pairs it is estimated from random sign patterns.
 - Multiplicity: Holm's step-down correction across the variants of one metric, applied to the sign-flip
   p-values (`holm`); `compare_to_reference` marks a variant `significant` only where that corrected p is
-  below alpha. The t p-value is reported beside it but never decides.
+  below alpha and the paired t-interval excludes 0 (a skewed handful of seeds can make the two disagree;
+  a page never bolds an interval that holds 0). The t p-value is reported beside it but never decides.
 
 Pure: numbers in, numbers out; numpy only. The Student-t quantile is computed here (regularized
 incomplete beta by its continued fraction, inverted by bisection) so the core install needs no scipy.
@@ -219,7 +220,7 @@ def compare_to_reference(diffs_by_variant: Mapping[str, Sequence[float | None]],
     None dropped and counted). Returns name -> {"n", "dropped", "mean", "sd", "t_low", "t_high", "level",
     "p_t", "p_signflip", "signflip_exact", "draws", "seed", "p_holm", "significant", "wins", "losses",
     "ties", "method"}, in the input order. p_holm is Holm over the variants whose sign-flip p exists (n >= 2;
-    the others get None and do not count in m); significant = p_holm < alpha. wins / losses / ties count
+    the others get None and do not count in m); significant = p_holm < alpha and the t-interval excludes 0. wins / losses / ties count
     differences > 0 / < 0 / == 0 (which of them is better depends on the metric's direction). An infinite
     difference raises ValueError naming the variant.
     """
@@ -236,7 +237,8 @@ def compare_to_reference(diffs_by_variant: Mapping[str, Sequence[float | None]],
     tested = [name for name, row in rows.items() if row["p_signflip"] is not None]
     for name, adjusted in zip(tested, holm([rows[name]["p_signflip"] for name in tested])):
         rows[name]["p_holm"] = adjusted
-        rows[name]["significant"] = adjusted < alpha
+        low, high = rows[name]["t_low"], rows[name]["t_high"]
+        rows[name]["significant"] = bool(adjusted < alpha and low is not None and (low > 0 or high < 0))
     for row in rows.values():
         row["method"] = _method(row, len(tested), level)
     return rows
