@@ -400,3 +400,13 @@ def test_runs_without_predictions_are_one_note_per_split_and_tiny_p_reads_well(t
     assert notes[0].startswith("> 5 run(s) (test): figures from done.json") and "and 2 more" in notes[0]
     # the figures still come from done.json: all 12 pairs are tested
     assert paths["tests"]["test"]["smmd vs none"]["figures"]["exact_match"]["n"] == 12
+
+
+def test_plots_lead_with_the_declared_primary_endpoint():
+    from vlm_smmd.experiments.results import _panel_keys
+
+    cols = {k: (k, k, False) for k in ("exact_match", "point_in_box", "centre_error", "point_x_error")}
+    assert _panel_keys(cols, "point_in_box") == ["point_in_box", "exact_match", "centre_error"]
+    assert _panel_keys(cols, "centre_error")[0] == "centre_error"
+    assert _panel_keys(cols, None) == ["exact_match", "point_in_box", "centre_error"]
+    assert _panel_keys(cols, "not_here") == ["exact_match", "point_in_box", "centre_error"]

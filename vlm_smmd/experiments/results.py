@@ -26,7 +26,8 @@ from .variants import BASELINE, Variant
 
 # figures plotted per group, in this order of preference (the first four the runs have)
 PANEL_KEYS = ("exact_match", "mae", "within_2", "relaxed_accuracy", "hour_correct", "mean_time_gap_min",
-              "minute_correct", "within_5_min", "value_exact", "within_rel_0.01")
+              "minute_correct", "within_5_min", "value_exact", "within_rel_0.01", "point_in_box", "centre_error",
+              "iou", "iou_at_0.5")
 ALPHA = 0.05
 
 
@@ -287,8 +288,9 @@ def _exploratory_section(split: str, rows, tests, keys, cols, chance, plots, not
 # Plots
 
 
-def _panel_keys(cols: Mapping[str, tuple]) -> list[str]:
-    return [k for k in PANEL_KEYS if k in cols][:4]
+def _panel_keys(cols: Mapping[str, tuple], primary: str | None = None) -> list[str]:
+    """The (at most 4) figures the plots show: the primary endpoint first, where this split has it."""
+    return list(dict.fromkeys(k for k in (primary, *PANEL_KEYS) if k in cols))[:4]
 
 
 def _spread_plot(path: Path, rows, variants, figures, cols, chance, panels, dev_seeds) -> None:
@@ -352,7 +354,7 @@ def _paired_plot(path: Path, tests: Mapping[str, dict], cols, panels, title: str
     names = [n for n in tests if any(tests[n]["figures"][k]["diffs"] for k in panels)]
     if not names:
         return False
-    fig, axes = new_figure(4.2 * len(panels), 1.6 + 0.5 * len(names), ncols=len(panels))
+    fig, axes = new_figure(max(7.0, 4.2 * len(panels)), 1.9 + 0.5 * len(names), ncols=len(panels))
     for i, (ax, key) in enumerate(zip(axes if len(panels) > 1 else [axes], panels)):
         for y, name in enumerate(names):
             d = tests[name]["figures"][key]
@@ -408,7 +410,7 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
         tests = paired_tests(variants, figures, keys, pairs, dev_seeds=dev_seeds)
         ref = got.reference.get(split)
         chance = {f.key: (f.chance, f.constant) for f in headline(ref[0])} if ref else {}
-        plots, panels = [], _panel_keys(col)
+        plots, panels = [], _panel_keys(col, primary.get("metric"))
         if figures and panels:
             _spread_plot(plot_dir / f"{split}_main_metric.png", rows, variants, figures, col, chance, panels, dev_seeds)
             plots.append(f"plots/{split}_main_metric.png")
@@ -417,7 +419,7 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
             plots.append(f"plots/{split}_digit_accuracy.png")
         if panels and tests and _paired_plot(plot_dir / f"{split}_paired_differences.png", tests, col, panels,
                                              f"Paired differences on {split} (same seed): seeds, mean and 95% "
-                                             "t-interval; filled: Holm p < 0.05, interval without 0"):
+                                             "t-interval\nfilled: Holm p < 0.05, interval without 0"):
             plots.append(f"plots/{split}_paired_differences.png")
         if got.pooled[split]:
             analyses = {g: analyze_records(recs) for g, recs in got.pooled[split].items()}
