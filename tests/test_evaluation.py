@@ -514,7 +514,11 @@ def test_eval_asks_as_in_training_unless_told_otherwise(tmp_path):
     system, instruction, note = training_prompts(model, None, None)
     assert (system, instruction) == (None, "Answer in H:MM format.") and "run_config.json" in note
     assert training_prompts(model, None, "Say it.")[:2] == (None, "Say it.")  # given on the command line
-    assert training_prompts(model, "", "") == (None, None, "")  # '' means none
+    assert training_prompts(model, "", "") == ("", None, "")  # an empty system turn; no instruction
+    # trained with an empty system turn (the research configs): asked with one, not with the family's default
+    (model / "run_config.json").write_text(json.dumps({"instruction": "", "system_prompt": ""}))
+    system, instruction, note = training_prompts(model, None, None)
+    assert (system, instruction) == ("", None) and "system prompt ''" in note
     assert training_prompts("tiny", None, None) == (None, None, "")  # a preset has no run_config.json
 
 

@@ -631,24 +631,25 @@ def training_prompts(model, system_prompt: str | None, instruction: str | None) 
     """(system_prompt, instruction, note): each one not given is taken from the run's run_config.json
     (`find_run_config`), so a model is asked as it was trained; the note says what was taken, or that a
     model folder has no run_config.json to take them from ("" when there is nothing to say). An empty
-    string given on the command line means none."""
+    instruction means none; an empty system prompt is an empty system turn, which differs from None (the
+    family's default turn, e.g. Qwen's "You are Qwen, ..."), and is kept as trained or given."""
     path = find_run_config(model)
     taken = []
     if system_prompt is None or instruction is None:
         config = _read_run_config(path)
-        if system_prompt is None and config.get("system_prompt"):
+        if system_prompt is None and config.get("system_prompt") is not None:
             system_prompt = config["system_prompt"]
             taken.append(f"system prompt {system_prompt!r}")
         if instruction is None and config.get("instruction"):
             instruction = config["instruction"]
             taken.append(f"instruction {instruction!r}")
         if path is None and Path(model).is_dir():
-            return system_prompt or None, instruction or None, (
+            return system_prompt, instruction or None, (
                 f"{model} has no run_config.json (nor its parent, for a checkpoint folder): asking without the "
                 "training run's instruction and system prompt; pass --instruction / --system-prompt to set them")
-    note = f"asking as in training ({path}): {', '.join(taken)}; pass --instruction '' / --system-prompt '' for none" \
-        if taken else ""
-    return system_prompt or None, instruction or None, note
+    note = f"asking as in training ({path}): {', '.join(taken)}; pass --instruction '' for none, " \
+           "--system-prompt '' for an empty system turn" if taken else ""
+    return system_prompt, instruction or None, note
 
 
 def training_reader_options(model) -> dict[str, dict]:
