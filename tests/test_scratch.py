@@ -31,6 +31,20 @@ def test_scratch_vocabulary_is_small_and_keeps_the_chat_machinery():
     assert model(**inputs).logits.shape[-1] == len(tok)
 
 
+def test_scratch_merges_shorten_long_questions_and_keep_digits_single():
+    texts = [f"{name} has {n} marbles in a jar. How many marbles does {name} have now?"
+             for name in ("Ava", "Liam", "Priya") for n in range(40)]
+    question = "Priya has 37 marbles in a jar. How many marbles does Priya have now?"
+    lengths = {}
+    for merges in (16, 256):
+        _, tok = build_scratch(presets()["tiny-qwen2.5"], texts, sizes=SIZES, merges=merges)
+        ids = tok(question)["input_ids"]
+        assert tok.decode(ids) == question  # round-trips
+        assert [t for t in tok.convert_ids_to_tokens(ids) if any(c.isdigit() for c in t)] == ["3", "7"]
+        lengths[merges] = len(ids)
+    assert lengths[256] < lengths[16] // 2  # "marbles", "How many" become single tokens
+
+
 def test_scratch_sizes_are_checked():
     with pytest.raises(ModelLoadError, match="heads"):
         build_scratch(presets()["tiny"], ["a"], sizes={**SIZES, "hidden_size": 30, "heads": 4})

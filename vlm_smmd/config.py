@@ -62,6 +62,8 @@ class ModelArguments:
     scratch_vision_hidden_size: int = field(default=64, metadata={"help": "scratch preset: vision hidden size"})
     scratch_vision_depth: int = field(default=2, metadata={"help": "scratch preset: vision blocks"})
     scratch_vision_heads: int = field(default=4, metadata={"help": "scratch preset: vision attention heads"})
+    scratch_vocab_merges: int = field(default=256, metadata={"help": "scratch preset: most BPE merges of the task "
+                                                                     "vocabulary (more: fewer tokens a question)"})
 
 
 @dataclass

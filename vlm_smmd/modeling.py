@@ -112,9 +112,10 @@ def _mrope_sections(head_dim: int) -> list[int]:
     return [half - 2 * side, side, side]
 
 
-def build_scratch(family, texts, *, sizes: dict, min_pixels=None, max_pixels=None):
+def build_scratch(family, texts, *, sizes: dict, min_pixels=None, max_pixels=None, merges: int = 256):
     """(config, processor) of the scratch preset: `family`'s architecture at `sizes` (hidden_size, layers,
-    heads, vision_hidden_size, vision_depth, vision_heads) over a tokenizer learned from `texts`, keeping the
+    heads, vision_hidden_size, vision_depth, vision_heads) over a tokenizer learned from `texts` (at most
+    `merges` BPE merges: more make long questions fewer positions), keeping the
     family's special-token names and chat template (so the stock processor, the collator, NumericVocab and
     evaluation run unchanged). Qwen2.5-VL and Qwen2.5 (text) are supported."""
     from .task_vocab import build_task_tokenizer
@@ -125,7 +126,7 @@ def build_scratch(family, texts, *, sizes: dict, min_pixels=None, max_pixels=Non
     base_tok = getattr(base, "tokenizer", base)
     specials = [t.content for _, t in sorted(base_tok.added_tokens_decoder.items()) if t.special]
     tok = build_task_tokenizer(texts, special_tokens=specials, chat_template=base_tok.chat_template,
-                               eos_token=base_tok.eos_token, pad_token=base_tok.pad_token)
+                               eos_token=base_tok.eos_token, pad_token=base_tok.pad_token, max_merges=merges)
     hidden, heads = sizes["hidden_size"], sizes["heads"]
     if hidden % heads or (hidden // heads) % 2:
         raise ModelLoadError(f"scratch: hidden_size {hidden} must split into {heads} heads of an even size")

@@ -65,7 +65,8 @@ def scratch_preset(model_args, data_args, train_dataset, eval_dataset):
     sizes = {k: getattr(model_args, f"scratch_{k}") for k in ("hidden_size", "layers", "heads", "vision_hidden_size",
                                                                "vision_depth", "vision_heads")}
     return build_scratch(family_for(model_args.scratch_family), texts, sizes=sizes,
-                         min_pixels=model_args.min_pixels, max_pixels=model_args.max_pixels)
+                         min_pixels=model_args.min_pixels, max_pixels=model_args.max_pixels,
+                         merges=model_args.scratch_vocab_merges)
 
 
 def run(model_args, data_args, loss_args, train_args, *, on_ready=None) -> dict:
