@@ -355,6 +355,9 @@ def test_the_pixel_limit_is_a_config_key_and_an_eval_flag(clocks, tmp_path, caps
     assert "image too large" in line and "4,096 pixels" in line and not (tmp_path / "model").exists()
     assert main(["train", str(write_config(tmp_path / "bad.yaml", clocks, tmp_path / "m2", max_image_pixels=-1))]) == 2
     assert "max_image_pixels must be >= 0" in capsys.readouterr().err
+    bad = write_config(tmp_path / "merges.yaml", clocks, tmp_path / "m3", scratch_vocab_merges=-1)
+    assert main(["train", str(bad)]) == 2
+    assert "scratch_vocab_merges must be >= 0, got -1" in capsys.readouterr().err
     argv = ["eval", "--model", "tiny", "--data", f"clocks:{clocks}", "--out", str(tmp_path / "eval"),
             "--max-new-tokens", "2", "--max-image-pixels", "4000"]
     assert main(argv) == 1

@@ -444,6 +444,8 @@ def validate(model_args: ModelArguments, data_args: DataArguments, loss_args) ->
         aux_options(loss_args)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if model_args.scratch_vocab_merges < 0:
+        raise ConfigError(f"scratch_vocab_merges must be >= 0, got {model_args.scratch_vocab_merges}")
     if data_args.max_image_pixels is not None and data_args.max_image_pixels < 0:
         raise ConfigError(f"max_image_pixels must be >= 0 (0: no limit), got {data_args.max_image_pixels}")
     if data_args.primary_split is not None and data_args.primary_split not in evaluated_splits(data_args):
