@@ -275,6 +275,29 @@ def test_rerun_with_other_settings_is_refused(tmp_path, capsys):
     assert not (tmp_path / "d").exists()  # refused before rendering any data
 
 
+def test_an_endpoint_the_split_has_no_figure_for_is_refused_before_any_run(tmp_path, capsys):
+    # the clock page's figure is clock_exact; time_exact is the per-sample score's name, not a figure
+    data = ["--data_root", str(tmp_path / "d"), "--synthesize_num", "20", "--synthesize_size", "64"]
+    assert main([str(CONFIG), "--out", str(tmp_path / "out"), "--primary_metric", "time_exact", *data]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the data's rendering progress
+    assert last.startswith("vlm-smmd compare: ")
+    assert "primary_metric 'time_exact'" in last and "split 'test'" in last and "clock_exact" in last
+    assert not (tmp_path / "out").exists()
+
+
+def test_split_figures_follow_the_records_kinds(tmp_path):
+    from vlm_smmd.config import check_config
+    from vlm_smmd.experiments.orchestrate import split_figures
+    from vlm_smmd.training import synthesize_if_missing
+
+    _, data_args, _, _ = check_config(CONFIG, {"data_root": str(tmp_path / "d"), "synthesize_num": "20",
+                                               "synthesize_size": "64"})
+    synthesize_if_missing(data_args)
+    figures = split_figures(data_args, "test")
+    assert {"exact_match", "clock_exact", "hour_correct", "mean_time_gap_min"} <= set(figures)
+    assert "value_exact" not in figures and "time_exact" not in figures
+
+
 # ---------------------------------------------------------------------------------------------------------
 # End to end on the tiny CPU clock setting: 2 steps, 16 synthesised 64 px clocks, 2 eval samples
 

@@ -171,7 +171,7 @@ def output(args) -> Output:
 
 def run(args) -> int:
     from ..config import evaluated_splits, load_config, uses_deepspeed
-    from ..experiments.orchestrate import held_out_check, run_compare
+    from ..experiments.orchestrate import held_out_check, run_compare, split_figures
     from ..experiments.store import file_sha256, read_json, write_json
     from ..experiments.threads import plan_threads
     from ..experiments.variants import plan_variants
@@ -218,6 +218,11 @@ def run(args) -> int:
         raise ValueError(f"split(s) {', '.join(leaking)} presented as held out share records with the training "
                          f"split {data_args.train_split!r} (see the lines above); fix the data, or pass "
                          "--allow-overlap to compare anyway (the results page then says so)")
+    metric, primary_split = data_args.primary_metric, data_args.primary_split or splits[0]
+    if metric and metric not in (figures := split_figures(data_args, primary_split, limit=args.eval_limit)):
+        # caught here, not on the page after every run: a misspelt endpoint would leave the page without one
+        raise UsageError(f"primary_metric {metric!r} ({config}) is not a figure of split {primary_split!r}; "
+                         f"its figures: {', '.join(figures)}")
     out.mkdir(parents=True, exist_ok=True)
     if not settings_file.is_file():
         write_json(settings_file, settings)

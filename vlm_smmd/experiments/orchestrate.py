@@ -263,3 +263,22 @@ def held_out_check(data_args, splits: Sequence[str], *, limit: int | None = None
         out[split] = {"lines": report.lines(), "held_out": report.held_out, "leaks": report.leaks(split),
                       **report.to_dict()}
     return out
+
+
+def split_figures(data_args, split: str, *, limit: int | None = None) -> list[str]:
+    """The figure keys (results.csv columns) a run evaluated on `split` gets: the headline figures of its
+    first `limit` records (all with None, as evaluation reads them) answered correctly. Which figures apply depends on the records' kinds (numbers,
+    clock times, boxes), not on the predictions, so compare can check a declared endpoint before any run."""
+    from ..analysis import analyze_records
+    from ..analysis.headline_figures import headline
+    from ..data.sample import set_max_image_pixels
+    from ..training.datasets import read_split
+
+    set_max_image_pixels(data_args.max_image_pixels)
+    evaluated = read_split(data_args, split)
+    records = []
+    for i in range(len(evaluated) if limit is None else min(limit, len(evaluated))):
+        s = evaluated[i]
+        records.append({"id": s.id, "source": s.source, "question": s.question, "prediction": s.answer,
+                        "target": s.answer, "meta": s.meta})
+    return [f.key for f in headline(analyze_records(records, chance=False))]
