@@ -18,6 +18,9 @@ sentences. Numbers are drawn again until every number in the text is >= 2 and ev
 (`operations`, in the order they are computed) gives a whole number >= 1, so the answer is re-derived by
 evaluating `equation` (the equation with the numbers put in).
 
+`operations` (e.g. add,sub) keeps only the templates whose every operation is listed: the same stories with
+easier arithmetic.
+
 Splits: no problem is in two splits. A problem is its template and operands; it belongs to one split by a
 seeded hash (`dataset.owner_split`), and a split holds only its own, so a test problem is never a
 training problem in other words. `unseen_fraction` holds a seeded set of templates out (`unseen_templates`:
@@ -193,11 +196,23 @@ def steps(equation: str, values: dict) -> list[tuple[str, Fraction | None]]:
     return out
 
 
-def unseen_templates(fraction: float, seed: int = 0) -> list[str]:
+def templates_of(operations=None) -> list[Template]:
+    """The templates whose every operation is one of `operations` (names of OPERATIONS; None: all), in
+    TEMPLATES order; ValueError naming an unknown operation."""
+    if operations is None:
+        return list(TEMPLATES)
+    known = sorted(set(OPERATIONS.values()))
+    if isinstance(operations, str) or not operations or any(op not in known for op in operations):
+        raise ValueError(f"operations must be a non-empty list of {', '.join(known)}, got {operations!r}")
+    return [t for t in TEMPLATES if set(t.operations) <= set(operations)]
+
+
+def unseen_templates(fraction: float, seed: int = 0, operations=None) -> list[str]:
     """The ids of the templates `unseen_fraction=fraction, unseen_seed=seed` holds out of the named splits:
-    that fraction of TEMPLATES, drawn with `seed` by `dataset.pick_unseen`, so that every operation still
-    occurs in a template left in training. In TEMPLATES order; pure in its arguments."""
-    held = pick_unseen(TEMPLATES, lambda t: set(t.operations), check_fraction(fraction), seed)
+    that fraction of the templates in use (`templates_of(operations)`), drawn with `seed` by
+    `dataset.pick_unseen`, so that every operation still occurs in a template left in training. In
+    TEMPLATES order; pure in its arguments."""
+    held = pick_unseen(templates_of(operations), lambda t: set(t.operations), check_fraction(fraction), seed)
     return [t.id for t in held]
 
 
@@ -213,7 +228,8 @@ class _Plan(JsonLinesPlan):
         self.bounds = split_bounds(cfg["num"], cfg["splits"], "problem")
         self.total = cfg["num"]
         held = set(cfg["unseen"]["templates"]) if cfg["unseen"] else set()
-        self.pools = {False: [t for t in TEMPLATES if t.id not in held], True: [t for t in TEMPLATES if t.id in held]}
+        used = templates_of(cfg.get("operations"))
+        self.pools = {False: [t for t in used if t.id not in held], True: [t for t in used if t.id in held]}
         if cfg["unseen"]:
             self.bounds.append((cfg["num"], cfg["num"] + cfg["unseen"]["num"], UNSEEN_SPLIT))
             self.total += cfg["unseen"]["num"]
@@ -273,7 +289,7 @@ class _Plan(JsonLinesPlan):
 
 
 
-def _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, unseen_num) -> dict:
+def _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, unseen_num, operations) -> dict:
     """The JSON-ready generation config (validated); equal configs give identical datasets."""
     check_int("num", num, 1, MAX_ITEMS)
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -283,25 +299,32 @@ def _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, un
     if isinstance(distractor_rate, bool) or not isinstance(distractor_rate, (int, float)) \
             or not 0 <= distractor_rate <= 1:
         raise ValueError(f"distractor_rate must be a number in [0, 1], got {distractor_rate!r}")
+    templates_of(operations)  # checks the names
     unseen = unseen_settings(unseen_fraction, unseen_seed, unseen_num, num, splits)
     if unseen:
-        unseen["templates"] = unseen_templates(unseen_fraction, unseen_seed)
-    return {"num": num, "seed": seed, "splits": splits, "distractor_rate": float(distractor_rate), "unseen": unseen}
+        unseen["templates"] = unseen_templates(unseen_fraction, unseen_seed, operations)
+    cfg = {"num": num, "seed": seed, "splits": splits, "distractor_rate": float(distractor_rate), "unseen": unseen}
+    if operations is not None:  # absent when every template is in use, as before the option existed
+        cfg["operations"] = sorted(set(operations), key=list(OPERATIONS.values()).index)
+    return cfg
 
 
 def write_word_problem_dataset(out, num: int, seed: int = 0, *, splits: dict[str, float] | str = "train=0.9,test=0.1",
                                distractor_rate: float = DISTRACTOR_RATE, unseen_fraction: float = 0.0,
-                               unseen_seed: int = 0, unseen_num: int | None = None, workers: int = 1,
-                               resume: bool = False, overwrite: bool = False, progress: bool = True) -> Path:
+                               unseen_seed: int = 0, unseen_num: int | None = None, operations=None,
+                               workers: int = 1, resume: bool = False, overwrite: bool = False,
+                               progress: bool = True) -> Path:
     """Write `num` word problems as `out/{split}.jsonl` + `out/generation.json`; returns `out`.
 
     distractor_rate: the share of problems (0..1) with a distractor sentence. unseen_fraction > 0 holds
     that fraction of the templates (`unseen_templates(unseen_fraction, unseen_seed)`) out of every split
     and writes problems of those templates, and only those, into an extra split `test_unseen` of
     `unseen_num` problems (default: as many as the smallest split). No problem (template and operands) is
-    in two splits. Deterministic in (arguments, seed) whatever `workers`; ValueError on bad arguments.
+    in two splits. operations: only the templates whose every operation is in this list (e.g. ["add",
+    "sub"]; None: all of them). Deterministic in (arguments, seed) whatever `workers`; ValueError on bad
+    arguments.
     """
-    cfg = _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, unseen_num)
+    cfg = _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, unseen_num, operations)
     plan = _Plan(cfg)
     for lo, _, _ in plan.bounds:  # a split no problem can fit fails here, before anything is written
         plan.problem(lo)
@@ -322,9 +345,12 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"share of problems with a sentence whose number does not enter the answer, 0..1 "
                         f"(default {DISTRACTOR_RATE})")
     p.add_argument("--unseen-fraction", type=float, default=0.0,
-                   help=f"hold this fraction of the {len(TEMPLATES)} templates out of every split and write "
+                   help=f"hold this fraction of the templates in use ({len(TEMPLATES)} without --operations) out of every split and write "
                         f"problems of them, and only them, into an extra split {UNSEEN_SPLIT} (every operation "
                         "stays in training)")
+    p.add_argument("--operations", default=None,
+                   help="only the templates whose every operation is one of these, comma-separated from "
+                        "add,sub,mul,div (default: all templates)")
     add_unseen_args(p, "templates", "problems")
     add_build_args(p)
     args = p.parse_args(argv)
@@ -333,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return write_word_problem_dataset(
             args.out, args.num, args.seed, splits=args.splits, distractor_rate=args.distractor_rate,
             unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
-            workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+            operations=args.operations.split(",") if args.operations is not None else None, workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
 
     status, out = run_writer("data-synth word-problems", write)
     if status:

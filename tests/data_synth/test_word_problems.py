@@ -118,6 +118,32 @@ def test_unseen_templates_keep_every_operation_in_training():
     assert len({tuple(unseen_templates(0.3, seed)) for seed in range(20)}) > 10
 
 
+def test_operations_keep_only_their_templates_and_hold_out_among_them(tmp_path):
+    add_sub = {t.id for t in TEMPLATES if set(t.operations) <= {"add", "sub"}}
+    assert 6 <= len(add_sub) < len(TEMPLATES)
+    out = write_word_problem_dataset(tmp_path / "wp", 3000, seed=1, operations=["sub", "add"], unseen_fraction=0.25,
+                                     unseen_num=300, **QUIET)
+    saved = json.loads((out / "generation.json").read_text())
+    assert saved["operations"] == ["add", "sub"]  # canonical order: the same data whatever order was asked
+    held = set(unseen_templates(0.25, 0, ["add", "sub"]))
+    assert saved["unseen"]["templates"] == sorted(held, key=[t.id for t in TEMPLATES].index)
+    assert held < add_sub and len(held) == round(0.25 * len(add_sub))
+    splits = {s: records(out, s) for s in ("train", "test", "test_unseen")}
+    for split, recs in splits.items():
+        for rec in recs:
+            check_record(rec, split)
+            assert set(rec["operations"]) <= {"add", "sub"}
+    assert {r["template"] for r in splits["train"]} == add_sub - held
+    assert {r["template"] for r in splits["test_unseen"]} == held
+    assert {op for r in splits["train"] for op in r["operations"]} == {"add", "sub"}
+    same = write_word_problem_dataset(tmp_path / "again", 3000, seed=1, operations=["add", "sub"],
+                                      unseen_fraction=0.25, unseen_num=300, **QUIET)
+    assert tree(same) == tree(out)
+    # without the option every template is in use and generation.json is as before the option existed
+    everything = write_word_problem_dataset(tmp_path / "all", 200, seed=1, **QUIET)
+    assert "operations" not in json.loads((everything / "generation.json").read_text())
+
+
 def test_same_bytes_whatever_the_worker_count(tmp_path):
     opts = dict(seed=3, unseen_fraction=0.2, **QUIET)
     a = write_word_problem_dataset(tmp_path / "a", 5000, workers=1, **opts)
@@ -174,7 +200,8 @@ def test_existing_output_needs_overwrite(tmp_path):
     (dict(distractor_rate=True), "distractor_rate"), (dict(unseen_fraction=1.0), r"\[0, 1\)"),
     (dict(unseen_fraction=0.9), "can be held out"), (dict(unseen_num=5), "unseen_num needs"),
     (dict(unseen_fraction=0.2, splits="train=0.8,test_unseen=0.2"), "written by unseen_fraction"),
-    (dict(splits="train=0.5"), "sum to 1"), (dict(num=1), "test would get no problem"), (dict(workers=0), "workers"),
+    (dict(operations=["add", "pow"]), "operations must be"), (dict(operations="add"), "operations must be"),
+    (dict(operations=[]), "operations must be"), (dict(splits="train=0.5"), "sum to 1"), (dict(num=1), "test would get no problem"), (dict(workers=0), "workers"),
 ])
 def test_bad_arguments_raise_and_write_nothing(tmp_path, kwargs, match):
     args = dict(num=10, **QUIET) | kwargs
@@ -214,7 +241,8 @@ def test_cli(tmp_path, monkeypatch, capsys):
     assert main(["--num", "200", "--out", "ds", "--no-progress"]) == 2
     assert "exists" in capsys.readouterr().err
     for argv, message in ((["--unseen-fraction", "1.5"], "unseen_fraction must be a number in [0, 1)"),
-                          (["--distractor-rate", "nan"], "distractor_rate must be a number in [0, 1]")):
+                          (["--distractor-rate", "nan"], "distractor_rate must be a number in [0, 1]"),
+                          (["--operations", "add,mod"], "operations must be a non-empty list of add, div, mul, sub")):
         assert main(["--num", "20", "--out", "bad", "--no-progress", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("data-synth word-problems: ") and message in err
