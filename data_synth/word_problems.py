@@ -345,9 +345,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"share of problems with a sentence whose number does not enter the answer, 0..1 "
                         f"(default {DISTRACTOR_RATE})")
     p.add_argument("--unseen-fraction", type=float, default=0.0,
-                   help=f"hold this fraction of the templates in use ({len(TEMPLATES)} without --operations) out of every split and write "
-                        f"problems of them, and only them, into an extra split {UNSEEN_SPLIT} (every operation "
-                        "stays in training)")
+                   help=f"hold this fraction of the templates in use ({len(TEMPLATES)} without --operations) "
+                        f"out of every split and write problems of them, and only them, into an extra split "
+                        f"{UNSEEN_SPLIT} (every operation stays in training)")
     p.add_argument("--operations", default=None,
                    help="only the templates whose every operation is one of these, comma-separated from "
                         "add,sub,mul,div (default: all templates)")
@@ -359,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         return write_word_problem_dataset(
             args.out, args.num, args.seed, splits=args.splits, distractor_rate=args.distractor_rate,
             unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
-            operations=args.operations.split(",") if args.operations is not None else None, workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+            operations=args.operations.split(",") if args.operations is not None else None,
+            workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
 
     status, out = run_writer("data-synth word-problems", write)
     if status:

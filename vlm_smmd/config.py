@@ -98,8 +98,8 @@ class DataArguments:
                                 "variation, unseen_fraction, unseen_seed; bars: bar_axis_max, bar_places, "
                                 "bars_per_chart, bar_noise, unseen_fraction, unseen_seed; arithmetic: splits, digits, "
                                 "places, operations, negatives, div_places, distinct, unseen_fraction, unseen_seed; "
-                                "word_problems: splits, distractor_rate, operations, unseen_fraction, unseen_seed; grounding: "
-                                "the keywords of data_synth.grounding.write_grounding_dataset, e.g. splits, width, "
+                                "word_problems: splits, distractor_rate, operations, unseen_fraction, unseen_seed; "
+                                "grounding: the keywords of data_synth.grounding.write_grounding_dataset, e.g. splits, width, "
                                 "height, task, coords, objects, object_size, grid, unseen_fraction) (in YAML a "
                                 "plain mapping)"})
     preflight_workers: int = field(default=1, metadata={"help": "processes for the preflight check of every record"})

@@ -267,8 +267,9 @@ def held_out_check(data_args, splits: Sequence[str], *, limit: int | None = None
 
 def split_figures(data_args, split: str, *, limit: int | None = None) -> list[str]:
     """The figure keys (results.csv columns) a run evaluated on `split` gets: the headline figures of its
-    first `limit` records (all with None, as evaluation reads them) answered correctly. Which figures apply depends on the records' kinds (numbers,
-    clock times, boxes), not on the predictions, so compare can check a declared endpoint before any run."""
+    first `limit` records (all with None, as evaluation reads them) answered correctly. Which figures apply
+    depends on the records' kinds (numbers, clock times, boxes), not on the predictions, so compare can
+    check a declared endpoint before any run."""
     from ..analysis import analyze_records
     from ..analysis.headline_figures import headline
     from ..data.sample import set_max_image_pixels
