@@ -57,9 +57,11 @@ from .dataset import (
     build_dataset,
     check_fraction,
     check_int,
+    check_operations,
     digit_places,
     item_seed,
     owner_split,
+    parse_operations,
     parse_splits,
     pick_unseen,
     run_writer,
@@ -252,10 +254,7 @@ def _config(num, seed, splits, operations, digits, places, div_places, negatives
         raise ValueError(f"seed must be an integer, got {seed!r}")
     splits = parse_splits(splits) if isinstance(splits, str) else dict(splits)
     parse_splits(",".join(f"{k}={v}" for k, v in splits.items()))  # same checks for a dict
-    operations = [operations] if isinstance(operations, str) else list(operations)
-    bad = [op for op in operations if op not in OPERATIONS]
-    if bad or not operations or len(set(operations)) != len(operations):
-        raise ValueError(f"operations must be distinct names from {', '.join(OPERATIONS)}; got {operations!r}")
+    operations = check_operations(operations, OPERATIONS)
     if isinstance(digits, int) or (isinstance(digits, (tuple, list)) and len(digits) == 2
                                    and all(isinstance(d, int) for d in digits)):
         digits = [digits, digits]  # N or one (lowest, highest) for both operands
@@ -353,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     def write():
         return write_arithmetic_dataset(
             args.out, args.num, args.seed, splits=args.splits,
-            operations=[op.strip() for op in args.operations.split(",") if op.strip()], digits=args.digits,
+            operations=parse_operations(args.operations), digits=args.digits,
             places=args.places, div_places=args.div_places, negatives=args.negatives, distinct=args.distinct,
             unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
             workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)

@@ -113,6 +113,21 @@ def digit_places(text: str) -> set[tuple[int, str]]:
     return {(len(whole) - 1 - k, d) for k, d in enumerate(whole)} | {(-1 - k, d) for k, d in enumerate(frac)}
 
 
+def check_operations(operations, known) -> list[str]:
+    """`operations` as a list: a name or a list of distinct names from `known`, at least one; ValueError
+    otherwise (a repeated name is an error, not dropped: the caller may have meant another)."""
+    names = [operations] if isinstance(operations, str) else operations
+    if not isinstance(names, (list, tuple)) or not names or len(set(names)) != len(names) \
+            or any(op not in known for op in names):
+        raise ValueError(f"operations must be distinct names from {', '.join(known)}; got {operations!r}")
+    return list(names)
+
+
+def parse_operations(text: str) -> list[str]:
+    """A command line's comma list of operation names, blanks around names ignored."""
+    return [op.strip() for op in text.split(",") if op.strip()]
+
+
 def check_fraction(fraction) -> float:
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
         raise ValueError(f"unseen_fraction must be a number in [0, 1), got {fraction!r}")

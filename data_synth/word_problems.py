@@ -55,8 +55,10 @@ from .dataset import (
     build_dataset,
     check_fraction,
     check_int,
+    check_operations,
     item_seed,
     owner_split,
+    parse_operations,
     parse_splits,
     pick_unseen,
     run_writer,
@@ -201,10 +203,8 @@ def templates_of(operations=None) -> list[Template]:
     TEMPLATES order; ValueError naming an unknown operation."""
     if operations is None:
         return list(TEMPLATES)
-    known = sorted(set(OPERATIONS.values()))
-    if isinstance(operations, str) or not operations or any(op not in known for op in operations):
-        raise ValueError(f"operations must be a non-empty list of {', '.join(known)}, got {operations!r}")
-    return [t for t in TEMPLATES if set(t.operations) <= set(operations)]
+    names = set(check_operations(operations, tuple(OPERATIONS.values())))
+    return [t for t in TEMPLATES if set(t.operations) <= names]
 
 
 def unseen_templates(fraction: float, seed: int = 0, operations=None) -> list[str]:
@@ -305,7 +305,8 @@ def _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, un
         unseen["templates"] = unseen_templates(unseen_fraction, unseen_seed, operations)
     cfg = {"num": num, "seed": seed, "splits": splits, "distractor_rate": float(distractor_rate), "unseen": unseen}
     if operations is not None:  # absent when every template is in use, as before the option existed
-        cfg["operations"] = sorted(set(operations), key=list(OPERATIONS.values()).index)
+        cfg["operations"] = sorted(check_operations(operations, tuple(OPERATIONS.values())),
+                                   key=list(OPERATIONS.values()).index)
     return cfg
 
 
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         return write_word_problem_dataset(
             args.out, args.num, args.seed, splits=args.splits, distractor_rate=args.distractor_rate,
             unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
-            operations=args.operations.split(",") if args.operations is not None else None,
+            operations=parse_operations(args.operations) if args.operations is not None else None,
             workers=args.workers, resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
 
     status, out = run_writer("data-synth word-problems", write)

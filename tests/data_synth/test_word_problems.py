@@ -200,7 +200,7 @@ def test_existing_output_needs_overwrite(tmp_path):
     (dict(distractor_rate=True), "distractor_rate"), (dict(unseen_fraction=1.0), r"\[0, 1\)"),
     (dict(unseen_fraction=0.9), "can be held out"), (dict(unseen_num=5), "unseen_num needs"),
     (dict(unseen_fraction=0.2, splits="train=0.8,test_unseen=0.2"), "written by unseen_fraction"),
-    (dict(operations=["add", "pow"]), "operations must be"), (dict(operations="add"), "operations must be"),
+    (dict(operations=["add", "pow"]), "operations must be"), (dict(operations=["add", "add"]), "operations must be"),
     (dict(operations=[]), "operations must be"), (dict(splits="train=0.5"), "sum to 1"), (dict(num=1), "test would get no problem"), (dict(workers=0), "workers"),
 ])
 def test_bad_arguments_raise_and_write_nothing(tmp_path, kwargs, match):
@@ -242,7 +242,7 @@ def test_cli(tmp_path, monkeypatch, capsys):
     assert "exists" in capsys.readouterr().err
     for argv, message in ((["--unseen-fraction", "1.5"], "unseen_fraction must be a number in [0, 1)"),
                           (["--distractor-rate", "nan"], "distractor_rate must be a number in [0, 1]"),
-                          (["--operations", "add,mod"], "operations must be a non-empty list of add, div, mul, sub")):
+                          (["--operations", "add,mod"], "operations must be distinct names from add, sub, mul, div")):
         assert main(["--num", "20", "--out", "bad", "--no-progress", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("data-synth word-problems: ") and message in err
@@ -265,3 +265,18 @@ def test_read_word_problems_loads_it_unchanged(tmp_path):
             assert s.image is None and s.meta["template"] == r["template"] and s.meta["split"] == split
             assert s.meta["operations"] == r["operations"] and s.meta["final_answer"] == r["answer"]
             assert s.meta["distractor"] == bool(r["distractors"]) and s.meta["steps"] == len(r["operations"])
+
+
+def test_both_generators_read_operation_names_alike(tmp_path):
+    """One check for arithmetic and word problems: a bare name is that one operation, a repeat or an unknown
+    name is an error, and the command line ignores blanks around names."""
+    import data_synth.arithmetic as arith
+
+    assert wp.templates_of("add") == wp.templates_of(["add"])
+    assert wp.templates_of("add") and all(set(t.operations) == {"add"} for t in wp.templates_of("add"))
+    for bad in (["add", "add"], ["add", "mod"], [], 3):
+        with pytest.raises(ValueError, match="operations must be distinct names from add, sub, mul, div"):
+            wp.templates_of(bad)
+        with pytest.raises(ValueError, match="operations must be distinct names from add, sub, mul, div"):
+            arith.write_arithmetic_dataset(tmp_path / "a", 10, operations=bad)
+    assert wp.parse_operations(" add , sub,") == ["add", "sub"]
