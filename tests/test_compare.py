@@ -203,7 +203,9 @@ def test_primary_endpoint_leads_and_bold_needs_the_corrected_test(tmp_path):
     # Holm over the three comparisons of this figure, each 2/64: 3 * 2/64 > 0.05
     assert d["p_holm"] == pytest.approx(3 * 2 / 64) and d["significant"] is False
     head = md[primary:md.index("## Exploratory figures")]
-    assert "smmd vs none: no detectable difference in exact match" in head
+    # the interval [+0.250, +0.250] excludes 0, but Holm's p does not hold: a lead, not "no difference"
+    assert "smmd vs none: not established in exact match" in head and "not a finding" in head
+    assert "no detectable difference" not in head
     assert "**" not in head.split("Method:")[0].split("| comparison")[1]
 
     # with one comparison only, 2/64 stands and the cell is bold
@@ -220,13 +222,29 @@ def test_primary_endpoint_leads_and_bold_needs_the_corrected_test(tmp_path):
 
 def test_dev_seeds_are_shown_and_left_out(tmp_path):
     variants, status = _planted_comparison(tmp_path, {0: 4, 1: 1, 2: 1, 3: 1})
-    paths = write_results(tmp_path, variants, status, settings_for(dev_seeds=[0]))
+    paths = write_results(tmp_path, variants, status,
+                          settings_for(dev_seeds=[0], primary={"metric": "exact_match", "split": "test"}))
     d = paths["tests"]["test"]["smmd vs none"]["figures"]["exact_match"]
     assert d["n"] == 3 and d["diffs"] == {1: 0.125, 2: 0.125, 3: 0.125}
     rows = {(r["group"], r["figure"]): r for r in read_csv(paths["results_csv"])}
     assert rows["smmd", "exact_match"]["n"] == "3" and float(rows["smmd", "exact_match"]["mean"]) == 0.625
     md = paths["results_md"].read_text()
     assert "development seeds 0" in md and "smmd-seed0 (dev seed)" in md
+    # without the development seed smmd is ahead by 0.125 on each of 3 seeds; 3 seeds give an exact
+    # sign-flip p of 2/8, an interval that still excludes 0: not established
+    assert "smmd vs none: not established in exact match" in md
+
+
+def test_an_interval_holding_zero_reads_no_detectable_difference(tmp_path):
+    # smmd ahead by 2/8 on two seeds, behind by 1/8 on two: the t-interval holds 0
+    variants, status = _planted_comparison(tmp_path, {0: 2, 1: 2, 2: -1, 3: -1})
+    settings = settings_for(primary={"metric": "exact_match", "split": "test"})
+    d = write_results(tmp_path, variants, status, settings)["tests"]["test"]["smmd vs none"]
+    d = d["figures"]["exact_match"]
+    assert d["t_low"] < 0 < d["t_high"] and d["significant"] is False
+    md = (tmp_path / "results.md").read_text()
+    assert "smmd vs none: no detectable difference in exact match" in md
+    assert "smmd vs none: not established" not in md
 
 
 def test_pairing_by_seed_leaves_out_an_unpaired_seed():
