@@ -299,14 +299,15 @@ def _config(num, seed, splits, distractor_rate, unseen_fraction, unseen_seed, un
     if isinstance(distractor_rate, bool) or not isinstance(distractor_rate, (int, float)) \
             or not 0 <= distractor_rate <= 1:
         raise ValueError(f"distractor_rate must be a number in [0, 1], got {distractor_rate!r}")
-    templates_of(operations)  # checks the names
+    if operations is not None:  # checked once, in canonical order: the same data whatever order was asked
+        names = tuple(OPERATIONS.values())
+        operations = sorted(check_operations(operations, names), key=names.index)
     unseen = unseen_settings(unseen_fraction, unseen_seed, unseen_num, num, splits)
     if unseen:
         unseen["templates"] = unseen_templates(unseen_fraction, unseen_seed, operations)
     cfg = {"num": num, "seed": seed, "splits": splits, "distractor_rate": float(distractor_rate), "unseen": unseen}
     if operations is not None:  # absent when every template is in use, as before the option existed
-        cfg["operations"] = sorted(check_operations(operations, tuple(OPERATIONS.values())),
-                                   key=list(OPERATIONS.values()).index)
+        cfg["operations"] = operations
     return cfg
 
 

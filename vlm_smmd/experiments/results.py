@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..analysis.formatting import fmt, md_table, new_figure, save_figure
-from .statistics import compare_to_reference
+from .statistics import compare_to_reference, interval_excludes_zero
 from .store import Status, read_json
 from .variants import BASELINE, Variant
 
@@ -204,8 +204,7 @@ def _verdict(c: dict, d: dict, label: str, lower: bool) -> str:
     diff = (f"{fmt(d['mean'], signed=True)} [{fmt(d['t_low'], signed=True)}, {fmt(d['t_high'], signed=True)}] "
             f"over {d['n']} paired seeds (sign-flip p = {_p(d['p_signflip'])}, Holm p = {_p(d['p_holm'])})")
     if not d["significant"]:
-        if d["t_low"] is not None and (d["t_low"] > 0 or d["t_high"] < 0):
-            # the interval is per comparison: a difference it shows need not survive the correction
+        if interval_excludes_zero(d):  # per comparison: what it shows need not survive the correction
             return (f"{c['a']} vs {c['b']}: not established in {label}: {diff}; the interval excludes 0, but "
                     "the difference does not survive Holm's correction: a lead for fresh seeds, not a finding.")
         return f"{c['a']} vs {c['b']}: no detectable difference in {label}: {diff}."

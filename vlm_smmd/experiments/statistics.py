@@ -237,11 +237,15 @@ def compare_to_reference(diffs_by_variant: Mapping[str, Sequence[float | None]],
     tested = [name for name, row in rows.items() if row["p_signflip"] is not None]
     for name, adjusted in zip(tested, holm([rows[name]["p_signflip"] for name in tested])):
         rows[name]["p_holm"] = adjusted
-        low, high = rows[name]["t_low"], rows[name]["t_high"]
-        rows[name]["significant"] = bool(adjusted < alpha and low is not None and (low > 0 or high < 0))
+        rows[name]["significant"] = bool(adjusted < alpha and interval_excludes_zero(rows[name]))
     for row in rows.values():
         row["method"] = _method(row, len(tested), level)
     return rows
+
+
+def interval_excludes_zero(row: Mapping) -> bool:
+    """Whether a paired row's t-interval (uncorrected) lies wholly on one side of 0."""
+    return row["t_low"] is not None and (row["t_low"] > 0 or row["t_high"] < 0)
 
 
 def _method(row: Mapping, m: int, level: float) -> str:
