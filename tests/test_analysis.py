@@ -19,7 +19,7 @@ from vlm_smmd.analysis import (
     swapped_hands,
     write_report,
 )
-from vlm_smmd.analysis.formatting import fmt, md_cell, md_table, new_figure, save_figure
+from vlm_smmd.analysis.formatting import fmt, md_cell, md_table, new_figure, save_figure, series_color
 from vlm_smmd.cli import main as cli
 from vlm_smmd.metrics import ClockTime, relaxed_accuracy
 
@@ -516,6 +516,45 @@ def test_negative_and_decimal_text_answers():
     assert "value_exact" in keys and "within_rel_0.01" in keys and "relaxed_accuracy" not in keys
     assert n["chance"]["mae"] == pytest.approx(_brute_chance(["-12.5", "0.75", "-3", "1,000"], lambda p, t: float(
         abs(Decimal(p.replace(",", "")) - Decimal(t.replace(",", ""))))))
+
+
+def test_headline_has_no_digit_figure_for_a_place_no_target_has():
+    # "120" puts a digit in the hundreds, a place no target has: the analysis counts it as extra, and the
+    # headline (the results pages' columns and digit plots) gets no empty "hundreds" figure
+    recs = [_rec(0, "12", "12"), _rec(1, "45", "120"), _rec(2, "7", "8")]
+    a = analyze_records(recs)
+    places = a["numeric"]["places"]
+    assert places["hundreds"]["extra"] == 1 and places["hundreds"]["target_digits"] == 0
+    figs = {f.key: f for f in analysis.headline(a)}
+    assert "digit_acc_hundreds" not in figs
+    assert figs["digit_acc_tens"].n == 2 and figs["digit_acc_units"].n == 3
+    assert figs["digit_acc_units"].value == pytest.approx(1 / 3)
+
+
+def test_series_colors_stay_distinct_past_ten_series():
+    from matplotlib.colors import to_rgba
+
+    for n in (3, 10, 12, 20, 25):
+        colors = {to_rgba(series_color(i, n)) for i in range(n)}
+        assert len(colors) == n, n
+
+
+def test_compare_digit_plot_gives_each_of_twelve_variants_its_own_colour(tmp_path, monkeypatch):
+    from matplotlib.colors import to_rgba
+
+    from vlm_smmd.experiments import results
+
+    figs = []
+    monkeypatch.setattr(results, "save_figure", lambda fig, path: figs.append(fig))
+    rows = [{"group": f"v{j}", "digit_acc_units": {"mean": 0.5, "std": 0.1}} for j in range(12)]
+    assert results._digit_plot(tmp_path / "d.png", rows, {"digit_acc_units": ("", "digit accuracy: units")},
+                               {}, ["digit_acc_units"])
+    ax = figs[0].axes[0]
+    bars = [c for c in ax.containers if hasattr(c, "patches")]
+    assert len({to_rgba(c.patches[0].get_facecolor()) for c in bars}) == 12
+    figs[0].canvas.draw()  # twelve entries would cover the bars: the legend sits beside the axes
+    renderer = figs[0].canvas.get_renderer()
+    assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -45,6 +45,25 @@ def new_figure(width: float = 7.0, height: float = 4.0, ncols: int = 1, nrows: i
     return fig, (axes[0] if len(axes) == 1 else axes)
 
 
+def series_color(i: int, n: int):
+    """The colour of series `i` of `n` in one plot: matplotlib's ten default colours while they suffice,
+    else evenly spaced ones, so that no two series of a plot share a colour."""
+    if n <= 10:
+        return f"C{i}"
+    from matplotlib import colormaps
+
+    return colormaps["tab20"](i) if n <= 20 else colormaps["turbo"](i / (n - 1))
+
+
+def place_legend(ax, series: int) -> None:
+    """The legend of `series` data series: inside the axes for a few, beside them (right) past 4, where a
+    legend inside would cover bars."""
+    if series > 4:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        ax.legend(fontsize=8)
+
+
 def save_figure(fig, path: Path) -> None:
     """Write `fig` as PNG after a tight layout, without the Software entry (no matplotlib version in the
     file)."""

@@ -139,6 +139,8 @@ def _digit_figures(part: Mapping, prefix: str, over: str | None = None) -> list[
                                      sum(p["target_digits"] for p in part["places"].values()), over,
                                      sum(p["correct"] for p in part["places"].values()), ch.get("digit_accuracy"))]
     for name, p in part["places"].items():
+        if not p["target_digits"]:  # only extra predicted digits here: no accuracy to show (the table keeps them)
+            continue
         figs.append(Metric(f"digit_acc_{name.replace(' ', '_')}", f"{prefix}digit accuracy: {name}", p["accuracy"],
                            p["target_digits"], over, p["correct"], ch["places"].get(name)))
     return figs

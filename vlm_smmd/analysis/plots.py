@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .clocks import GAP_BIN, WORST_GAP
 from .digits import CLOCK_PLACES, place_name
-from .formatting import new_figure, save_figure
+from .formatting import new_figure, place_legend, save_figure, series_color
 from .numbers import ABS_WITHIN
 from .runinfo import curve_series
 
@@ -31,14 +31,15 @@ def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[float
     for i, (run, values) in enumerate(series.items()):
         xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
         ax.bar([x for x, v in zip(xs, values) if v is not None], [v for v in values if v is not None],
-               width=width, label=run, color=f"C{i}")
+               width=width, label=run, color=series_color(i, len(series)))
         for x, v in zip(xs, values):
             if v is None:
                 ax.text(x, 0.02, "no data", rotation=90, ha="center", va="bottom", fontsize=7, color="0.4",
                         transform=ax.get_xaxis_transform())
         for x, v, note in zip(xs, values, (notes or {}).get(run, ())):
             if v is not None:
-                ax.text(x, v, note, ha="center", va="bottom", fontsize=6, color="0.25")
+                ax.text(x, v, note, ha="center", va="bottom", fontsize=6, color="0.25",
+                        rotation=90 if len(series) > 4 else 0)  # side by side they would overlap
         for x, c in zip(xs, (chance or {}).get(run, ())):
             if c is not None:
                 ax.hlines(c, x - width / 2, x + width / 2, colors="black", linestyles="--", linewidth=1.5,
@@ -47,7 +48,7 @@ def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[float
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=30 if rotate else 0, ha="right" if rotate else "center")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+        place_legend(ax, len(series))
 
 
 def place_order(tables: Iterable[Mapping[str, Mapping]]) -> list[str]:
@@ -99,7 +100,7 @@ def _digit_plots(parts: Mapping[str, Mapping], out: Path, prefix: str, what: str
                   {r: [parts[r]["chance"]["places"].get(nm) for nm in names] for r in runs},
                   notes={r: [f"{p['correct']}/{p['target_digits']}" if p else "" for p in
                              (parts[r]["places"].get(nm) for nm in names)] for r in runs})
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, 1.1 if len(runs) <= 4 else 1.3)  # room for the counts written upright above the bars
     ax.set_ylabel("accuracy (correct / target digits)")
     ax.set_title(f"{what}: accuracy per place (answers holding {holding or ('a time' if prefix else 'a number')})")
     save_figure(fig, out / f"{prefix}place_accuracy.png")
@@ -182,7 +183,7 @@ def write_plots(analyses: Mapping[str, dict], out: Path) -> dict[str, str]:
             edges = list(range(0, int(WORST_GAP) + GAP_BIN, GAP_BIN))
             for r in timed:
                 ax.hist(clock[r]["gaps"], bins=edges, histtype="step", linewidth=1.5, label=r,
-                        weights=[1 / clock[r]["records"]] * len(clock[r]["gaps"]), color=f"C{runs.index(r)}")
+                        weights=[1 / clock[r]["records"]] * len(clock[r]["gaps"]), color=series_color(runs.index(r), len(runs)))
             drawn = []
             for r in timed:
                 fractions = clock[r]["chance"].get("gap_bin_fractions")
@@ -192,7 +193,7 @@ def write_plots(analyses: Mapping[str, dict], out: Path) -> dict[str, str]:
             ax.set_xlabel("time gap on the 12-hour dial (minutes)")
             ax.set_ylabel("fraction of clock answers")
             ax.set_title(f"Clock time gap ({GAP_BIN}-minute bins; answers holding no time not shown)")
-            ax.legend(fontsize=8)
+            place_legend(ax, len(timed))
             save_figure(fig, out / "clock_gap_hist.png")
             files["clock_gap_hist"] = "clock_gap_hist.png"
 
@@ -290,7 +291,7 @@ def grounding_examples(examples: Mapping[str, Sequence[Mapping]], path: Path) ->
         for i, r in enumerate(runs):
             e = by_id[r].get(example["id"])
             if e is not None:
-                _draw(ax, e.get("prediction"), size, scale, f"C{i}", "+", r)
+                _draw(ax, e.get("prediction"), size, scale, series_color(i, len(runs)), "+", r)
         ax.set_title(f"{example['id']}" + ("" if image is not None else " (no image)"), fontsize=8)
         ax.tick_params(labelsize=6)
     for ax in axes[len(shown):]:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ..analysis.formatting import fmt, md_table, new_figure, save_figure
+from ..analysis.formatting import fmt, md_table, new_figure, place_legend, save_figure, series_color
 from .statistics import compare_to_reference, interval_excludes_zero
 from .store import Status, read_json
 from .variants import BASELINE, Variant
@@ -334,7 +334,7 @@ def _digit_plot(path: Path, rows, cols, chance, places) -> bool:
         means = [r[p]["mean"] if r[p]["mean"] is not None else math.nan for p in places]
         stds = [r[p]["std"] or 0.0 for p in places]
         ax.bar([i - 0.4 + width * (j + 0.5) for i in range(len(places))], means, width, yerr=stds, capsize=2,
-               label=r["group"], color=f"C{j}")
+               label=r["group"], color=series_color(j, len(rows)))
     for i, p in enumerate(places):
         level = chance.get(p, (None, None))[0]
         if level is not None:
@@ -344,7 +344,7 @@ def _digit_plot(path: Path, rows, cols, chance, places) -> bool:
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("digit accuracy")
     ax.set_title("digit accuracy per place (mean ± std over seeds)")
-    ax.legend(fontsize=8, ncol=max(1, len(groups) // 5))
+    place_legend(ax, len(groups))
     ax.grid(axis="y", alpha=0.3)
     if drawn:
         save_figure(fig, path)
