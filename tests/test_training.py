@@ -571,3 +571,36 @@ def test_output_lock_refuses_a_second_holder_and_not_a_dead_ones_file(tmp_path):
     with output_lock(folder):
         assert (folder / ".lock").read_text().startswith(f"pid {os.getpid()} ")
     assert not (folder / ".lock").exists()
+
+
+def _flushing() -> bool:
+    return (torch.tensor([1e-39], dtype=torch.float32) * 1.0).item() == 0.0
+
+
+def test_flushing_denormals_zeroes_subnormals_inside_and_restores_after():
+    from vlm_smmd.modeling import flushing_denormals
+
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush subnormals")
+    assert not _flushing()
+    with flushing_denormals():
+        assert _flushing()
+        with flushing_denormals():  # nested: the outer block's setting survives the inner one
+            pass
+        assert _flushing()
+    assert not _flushing()
+    with flushing_denormals(False):
+        assert not _flushing()
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_training_runs_with_subnormals_flushed_unless_told_not_to(tmp_path, monkeypatch, flush):
+    from vlm_smmd.config import ModelArguments
+    from vlm_smmd.training import recipe
+
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush subnormals")
+    monkeypatch.setattr(recipe, "_run", lambda *args: {"flushing": _flushing()})
+    args = VLMTrainingArguments(output_dir=str(tmp_path / "run"), use_cpu=True, report_to=[])
+    assert recipe.run(ModelArguments(flush_denormal=flush), None, None, args) == {"flushing": flush}
+    assert not _flushing()

@@ -77,7 +77,10 @@ def run(model_args, data_args, loss_args, train_args, *, on_ready=None) -> dict:
     ready, before the first step (`vlm-smmd train --overwrite` removes the earlier run's files there, so
     a run that cannot start leaves them). Training stops at the first non-finite loss or weight
     (`DivergenceGuard`)."""
-    with output_lock(train_args.output_dir, take=train_args.process_index == 0):
+    from ..modeling import flushing_denormals
+
+    with output_lock(train_args.output_dir, take=train_args.process_index == 0), \
+            flushing_denormals(model_args.flush_denormal):
         return _run(model_args, data_args, loss_args, train_args, on_ready)
 
 
