@@ -46,7 +46,7 @@ class ModelArguments:
     attn_implementation: str | None = field(default=None, metadata={"help": "eager | sdpa | flash_attention_2"})
     flush_denormal: bool = field(default=True, metadata={
         "help": "on the CPU, compute subnormal floats (below 1.2e-38) as 0 (torch.set_flush_denormal): they "
-                "arise as a model sharpens and made a trained scratch model's step 1.5x slower; false "
+                "arise as a model sharpens and made a trained scratch model's step 2.5x slower; false "
                 "reproduces runs made before this option bit for bit"})
     min_pixels: int | None = field(default=None, metadata={"help": "smallest image area in pixels"})
     max_pixels: int | None = field(default=None, metadata={"help": "largest image area in pixels"})

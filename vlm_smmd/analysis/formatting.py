@@ -55,10 +55,13 @@ def series_color(i: int, n: int):
     return colormaps["tab20"](i) if n <= 20 else colormaps["turbo"](i / (n - 1))
 
 
+CROWDED = 4  # more series than this in one plot: legend beside it, per-bar notes upright
+
+
 def place_legend(ax, series: int) -> None:
-    """The legend of `series` data series: inside the axes for a few, beside them (right) past 4, where a
-    legend inside would cover bars."""
-    if series > 4:
+    """The legend of `series` data series: inside the axes for a few, beside them (right) past `CROWDED`,
+    where a legend inside would cover bars."""
+    if series > CROWDED:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     else:
         ax.legend(fontsize=8)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .clocks import GAP_BIN, WORST_GAP
 from .digits import CLOCK_PLACES, place_name
-from .formatting import new_figure, place_legend, save_figure, series_color
+from .formatting import CROWDED, new_figure, place_legend, save_figure, series_color
 from .numbers import ABS_WITHIN
 from .runinfo import curve_series
 
@@ -39,7 +39,7 @@ def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[float
         for x, v, note in zip(xs, values, (notes or {}).get(run, ())):
             if v is not None:
                 ax.text(x, v, note, ha="center", va="bottom", fontsize=6, color="0.25",
-                        rotation=90 if len(series) > 4 else 0)  # side by side they would overlap
+                        rotation=90 if len(series) > CROWDED else 0)  # side by side they would overlap
         for x, c in zip(xs, (chance or {}).get(run, ())):
             if c is not None:
                 ax.hlines(c, x - width / 2, x + width / 2, colors="black", linestyles="--", linewidth=1.5,
@@ -100,7 +100,7 @@ def _digit_plots(parts: Mapping[str, Mapping], out: Path, prefix: str, what: str
                   {r: [parts[r]["chance"]["places"].get(nm) for nm in names] for r in runs},
                   notes={r: [f"{p['correct']}/{p['target_digits']}" if p else "" for p in
                              (parts[r]["places"].get(nm) for nm in names)] for r in runs})
-    ax.set_ylim(0, 1.1 if len(runs) <= 4 else 1.3)  # room for the counts written upright above the bars
+    ax.set_ylim(0, 1.1 if len(runs) <= CROWDED else 1.3)  # room for the counts written upright above the bars
     ax.set_ylabel("accuracy (correct / target digits)")
     ax.set_title(f"{what}: accuracy per place (answers holding {holding or ('a time' if prefix else 'a number')})")
     save_figure(fig, out / f"{prefix}place_accuracy.png")
