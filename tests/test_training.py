@@ -578,7 +578,7 @@ def _flushing() -> bool:
 
 
 def test_flushing_denormals_zeroes_subnormals_inside_and_restores_after():
-    from vlm_smmd.modeling import flushing_denormals
+    from vlm_smmd.training.recipe import flushing_denormals
 
     if not torch.set_flush_denormal(False):
         pytest.skip("this CPU cannot flush subnormals")

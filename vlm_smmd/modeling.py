@@ -11,7 +11,6 @@ small enough to learn on two CPU cores does not spend its time on a 152k-token o
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -29,21 +28,6 @@ from .families import (
 
 __all__ = ["ModelLoadError", "load_model_and_processor", "load_processor", "lora_target_modules", "set_trainable",
            "trainable_summary"]
-
-
-@contextlib.contextmanager
-def flushing_denormals(enabled: bool = True):
-    """Within the block, CPU float ops treat subnormal inputs and results as 0 where the CPU can (x86 with
-    SSE3: torch.set_flush_denormal); the setting is the process's, so the one found is restored after."""
-    if not enabled:
-        yield
-        return
-    was = bool((torch.tensor([1e-39], dtype=torch.float32) * 1.0).item() == 0.0)
-    torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(was)
 
 
 def _resolve_dtype(dtype):

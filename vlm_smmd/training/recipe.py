@@ -6,6 +6,7 @@ Launch: `vlm-smmd train CONFIG.yaml [--key value ...]`; the same command under `
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import torch
@@ -69,6 +70,21 @@ def scratch_preset(model_args, data_args, train_dataset, eval_dataset):
                          merges=model_args.scratch_vocab_merges)
 
 
+@contextlib.contextmanager
+def flushing_denormals(enabled: bool = True):
+    """Within the block, CPU float ops treat subnormal inputs and results as 0 where the CPU can (x86 with
+    SSE3: torch.set_flush_denormal); the setting is the process's, so the one found is restored after."""
+    if not enabled:
+        yield
+        return
+    was = bool((torch.tensor([1e-39], dtype=torch.float32) * 1.0).item() == 0.0)
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(was)
+
+
 def run(model_args, data_args, loss_args, train_args, *, on_ready=None) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir.
 
@@ -77,8 +93,6 @@ def run(model_args, data_args, loss_args, train_args, *, on_ready=None) -> dict:
     ready, before the first step (`vlm-smmd train --overwrite` removes the earlier run's files there, so
     a run that cannot start leaves them). Training stops at the first non-finite loss or weight
     (`DivergenceGuard`)."""
-    from ..modeling import flushing_denormals
-
     with output_lock(train_args.output_dir, take=train_args.process_index == 0), \
             flushing_denormals(model_args.flush_denormal):
         return _run(model_args, data_args, loss_args, train_args, on_ready)
