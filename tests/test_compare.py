@@ -441,6 +441,14 @@ def test_runs_without_predictions_are_one_note_per_split_and_tiny_p_reads_well(t
     assert notes[0].startswith("> 5 run(s) (test): figures from done.json") and "and 2 more" in notes[0]
     # the figures still come from done.json: all 12 pairs are tested
     assert paths["tests"]["test"]["smmd vs none"]["figures"]["exact_match"]["n"] == 12
+    # the per-digit report names the seeds it pools, so its denominator does not claim all 12
+    from vlm_smmd.experiments.results import _seed_list
+
+    report = (tmp_path / "analysis" / "test" / "report.md").read_text()
+    for group in ("none", "smmd"):
+        kept = [v.seed for v in variants[5:] if v.group == group]
+        assert 0 < len(kept) < 12 and f"{group}: {len(kept)} seeds ({_seed_list(kept)})" in report
+    assert _seed_list([7, 3, 4, 5, 9, 10]) == "3-5, 7, 9-10"
 
 
 def test_plots_lead_with_the_declared_primary_endpoint():

@@ -90,6 +90,7 @@ class Collected(NamedTuple):
     columns: dict  # split -> [(key, label, lower is better)] in headline order, the union over runs
     reference: dict  # split -> (the analysis with chance of the first finished run, its name)
     notes: list
+    pooled_seeds: dict  # split -> group -> the seeds whose records are in `pooled`
 
 
 def collect(out: Path, variants: Sequence[Variant], status: Status, splits: Sequence[str],
@@ -101,6 +102,7 @@ def collect(out: Path, variants: Sequence[Variant], status: Status, splits: Sequ
 
     figures = {s: {} for s in splits}
     pooled = {s: {} for s in splits}
+    pooled_seeds = {s: {} for s in splits}
     columns = {s: {} for s in splits}
     reference, reference_ids, notes = {}, {}, []
     from_done = {s: [] for s in splits}  # split -> [(run, why its predictions could not be read)]
@@ -123,6 +125,7 @@ def collect(out: Path, variants: Sequence[Variant], status: Status, splits: Sequ
                 columns[split].setdefault(f.key, (f.key, f.label, f.lower_is_better))
             if v.seed not in dev_seeds:
                 pooled[split].setdefault(v.group, []).extend(records)
+                pooled_seeds[split].setdefault(v.group, []).append(v.seed)
             ids = sorted((r["source"], str(r["id"])) for r in records)
             if split not in reference:
                 reference[split], reference_ids[split] = (analyze_records(records), v.name), ids
@@ -134,7 +137,21 @@ def collect(out: Path, variants: Sequence[Variant], status: Status, splits: Sequ
             names = ", ".join(name for name, _ in runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
             notes.append(f"{len(runs)} run(s) ({split}): figures from done.json, predictions.jsonl not readable "
                          f"({names}; e.g. {runs[0][1]}); their records are not pooled into the per-digit analysis")
-    return Collected(figures, pooled, {s: list(c.values()) for s, c in columns.items()}, reference, notes)
+    return Collected(figures, pooled, {s: list(c.values()) for s, c in columns.items()}, reference, notes,
+                     pooled_seeds)
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    """Sorted seeds with runs of consecutive ones as ranges: 100-104, 107."""
+    parts, run = [], []
+    for s in sorted(seeds):
+        if run and s != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(s)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(parts)
 
 
 def group_table(variants: Sequence[Variant], status: Status, figures: Mapping[str, Mapping],
@@ -426,9 +443,12 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
             plots.append(f"plots/{split}_paired_differences.png")
         if got.pooled[split]:
             analyses = {g: analyze_records(recs) for g, recs in got.pooled[split].items()}
+            seeds = got.pooled_seeds[split]
             report_paths[split] = write_report(analyses, out / "analysis" / split, notes=[
-                "Each column pools the predictions of every finished seed of that variant (development seeds "
-                "left out); chance is over the distinct records (by source and id)."],
+                "Each column pools the predictions of these finished seeds of that variant (development seeds "
+                "left out; a run whose predictions.jsonl could not be read is not pooled): "
+                + "; ".join(f"{g}: {len(seeds[g])} seeds ({_seed_list(seeds[g])})" for g in analyses)
+                + ". Chance is over the distinct records (by source and id)."],
                 run_info={g: None for g in analyses})
         per_split[split] = {"figures": figures, "keys": keys, "col": col, "rows": rows, "tests": tests,
                             "chance": chance, "plots": plots, "reference": ref}
