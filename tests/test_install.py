@@ -89,6 +89,44 @@ def test_the_commands_know_the_modules_of_their_extra(extra, modules):
     assert unnamed == [], f"distributions of the {extra} extra the commands would not recognise: {unnamed}"
 
 
+def third_party_imports(package: str) -> dict[str, str]:
+    """{top-level module: first file importing it} over every import statement of a package (function-level
+    imports included), standard library and this project left out."""
+    import ast
+
+    found = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names) - {"vlm_smmd", "data_synth"}:
+                found.setdefault(top, str(path.relative_to(ROOT)))
+    return found
+
+
+# the peer trainers the adapters in vlm_smmd/integrations wrap: the user brings them
+PEER_TRAINERS = {"swift", "llamafactory", "trl"}
+
+
+@pytest.mark.parametrize("package, extra", [("data_synth", "synth"), ("vlm_smmd", "train")])
+def test_every_module_the_code_imports_is_declared(package, extra):
+    """A module the package imports comes from a distribution its extra declares, or from a hard requirement of
+    one (transformers brings tokenizers and huggingface_hub): a user with only that extra never meets a
+    ModuleNotFoundError on a path the code takes (a parquet folder once needed an undeclared pyarrow)."""
+    from importlib.metadata import requires
+
+    dists = {canonicalize_name(r.name) for r in requirements() + requirements(extra)}
+    for name in list(dists):
+        dists |= {canonicalize_name(Requirement(r).name) for r in requires(name) or [] if "extra ==" not in r}
+    provided = set().union(*(import_names(d) for d in dists))
+    undeclared = {m: f for m, f in third_party_imports(package).items() if m not in provided | PEER_TRAINERS}
+    assert undeclared == {}, f"imported but not declared in the {extra} extra: {undeclared}"
+
+
 def test_the_light_core_imports_nothing_of_the_pipeline():
     """The losses, the numeric vocabulary, the drop-in and the framework adapters, imported and run: no
     transformers, peft, deepspeed, PIL, yaml or matplotlib gets loaded."""
