@@ -492,7 +492,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
                    instruction: str | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
                    on_error: str = "raise", device: str | None = None, dtype: str | None = None,
                    progress: bool = True, train_data: Sequence[tuple[str, str, str]] = (),
-                   max_image_pixels: int | None = None, reader_options: Mapping[str, Mapping] | None = None) -> dict:
+                   max_image_pixels: int | None = None, reader_options: Mapping[str, Mapping] | None = None,
+                   threads: Mapping | None = None) -> dict:
     """Load a model, generate for the first `limit` samples (all when None) of `split` of each data spec,
     score, write predictions.jsonl + metrics.json to `out_dir`, and return the metrics.
 
@@ -508,6 +509,7 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     `reader_options`: {source name: keyword options of its reader}; None takes the training run's own
     (`training_reader_options`), so a reader whose targets depend on its options (RefCOCO's coordinate
     convention and pixel limits, DeepMind modules) reads the test split as training read the train split.
+    `threads`: the caller's thread plan, kept in metrics["run"] (without one, the torch threads found).
     """
     import torch
 
@@ -571,7 +573,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
                       "system_prompt": system_prompt, "instruction": instruction, "min_pixels": min_pixels,
                       "max_pixels": max_pixels, "on_error": on_error,
                       "train_data": [list(t) for t in train_data], "max_image_pixels": max_image_pixels,
-                      "reader_options": {name: opts for name, opts in reader_options.items() if opts}}
+                      "reader_options": {name: opts for name, opts in reader_options.items() if opts},
+                      "threads": dict(threads) if threads is not None else {"threads": torch.get_num_threads()}}
     write_outputs(records, metrics, out_dir)
     return metrics
 

@@ -49,3 +49,63 @@ def test_busy_cores_sees_a_spinning_process():
     finally:
         spinner.kill()
         spinner.wait()
+
+
+def test_the_plan_is_recorded_with_its_line():
+    plan = plan_threads(2, environ={}, cores=16, load=4.444)
+    assert plan.record() == {"jobs": 2, "threads": 6, "cores": 16, "busy": 4.44, "chosen_by": "load",
+                             "line": "threads: 2 jobs x 6 torch threads (16 cores, 4.4 busy)"}
+
+
+def test_use_thread_plan_sets_torch_threads_and_prints_once_per_machine(monkeypatch, capsys):
+    import torch
+
+    from vlm_smmd.experiments.threads import use_thread_plan
+
+    was = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    try:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+        plan = use_thread_plan()
+        assert (plan.jobs, plan.threads, torch.get_num_threads()) == (2, 3, 3)
+        assert capsys.readouterr().out.startswith("threads: 2 jobs x 3 torch threads (set by OMP_NUM_THREADS;")
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        monkeypatch.setenv("LOCAL_RANK", "1")  # another rank on this machine: planned, not printed again
+        assert use_thread_plan().threads == torch.get_num_threads() == 1
+        assert capsys.readouterr().out == ""
+    finally:
+        torch.set_num_threads(was)
+
+
+def test_train_and_eval_print_and_record_their_plan(tmp_path, monkeypatch, capsys):
+    """`vlm-smmd train` and `vlm-smmd eval` plan their threads as compare does: the line is printed, the plan
+    kept in run_config.json and metrics.json, and torch runs with it."""
+    import json
+
+    import torch
+
+    from vlm_smmd.cli import main
+
+    was = torch.get_num_threads()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps({
+        "model_name_or_path": "scratch", "scratch_family": "qwen2", "scratch_hidden_size": 32, "scratch_layers": 1,
+        "scratch_heads": 2, "dataset": "arithmetic", "data_root": str(tmp_path / "data"),
+        "synthesize": "arithmetic", "synthesize_num": 40, "eval_split": None, "output_dir": str(tmp_path / "model"),
+        "use_cpu": True, "max_steps": 1, "per_device_train_batch_size": 2, "report_to": "none",
+        "save_strategy": "no", "disable_tqdm": True, "dataloader_num_workers": 0}))
+    try:
+        assert main(["train", str(config)]) == 0
+        line = "threads: 1 job x 1 torch thread (set by OMP_NUM_THREADS; "
+        assert line in capsys.readouterr().out
+        recorded = json.loads((tmp_path / "model" / "run_config.json").read_text())["threads"]
+        assert recorded["threads"] == 1 and recorded["chosen_by"] == "OMP_NUM_THREADS" and line in recorded["line"]
+        assert main(["eval", "--model", str(tmp_path / "model"), "--data", f"arithmetic:{tmp_path / 'data'}",
+                     "--out", str(tmp_path / "eval"), "--limit", "1", "--max-new-tokens", "2"]) == 0
+        assert line in capsys.readouterr().out
+        metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+        assert metrics["run"]["threads"]["line"].startswith(line) and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(was)

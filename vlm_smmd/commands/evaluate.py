@@ -92,18 +92,20 @@ def output(args) -> Output:
 
 def run(args) -> int:
     from ..evaluation import evaluate_model, format_metrics_table, training_data, training_prompts
+    from ..experiments.threads import use_thread_plan
     from ..modeling import resolve_family
 
     resolve_family(args.model)  # a bad name or path fails before the data is read
     system_prompt, instruction, note = training_prompts(args.model, args.system_prompt, args.instruction)
     if note:
         print(note)
+    threads = use_thread_plan()  # like train and compare
     metrics = evaluate_model(
         args.model, args.data, args.out, split=args.split, limit=args.limit, batch_size=args.batch_size,
         max_new_tokens=args.max_new_tokens, system_prompt=system_prompt, instruction=instruction,
         min_pixels=args.min_pixels, max_pixels=args.max_pixels, on_error=args.on_error, device=args.device,
         dtype=args.dtype, train_data=args.train_data or training_data(args.model),
-        max_image_pixels=args.max_image_pixels)
+        max_image_pixels=args.max_image_pixels, threads=threads.record())
     for name, options in metrics["run"]["reader_options"].items():
         print(f"{name}: read with the training run's reader_options {json.dumps(options, sort_keys=True)}")
     print(format_metrics_table(metrics))

@@ -77,6 +77,7 @@ def run(args: Args) -> int:
 
         ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
     from ..config import load_config
+    from ..experiments.threads import use_thread_plan
     from ..modeling import SCRATCH, resolve_family
     from ..training import run as train
 
@@ -86,6 +87,7 @@ def run(args: Args) -> int:
         raise UsageError(e) from None
     if args.model != SCRATCH:  # a bad name or path fails before the data is read
         resolve_family(args.model)
-    metrics = train(*configs, on_ready=lambda: remove_earlier(args))
+    threads = use_thread_plan()  # like compare: one thread where other work keeps a core busy
+    metrics = train(*configs, on_ready=lambda: remove_earlier(args), threads=threads.record())
     print(json.dumps({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, indent=1))
     return 0

@@ -120,14 +120,10 @@ def summary(name: str, result: dict) -> list[str]:
 def run_demo(out: Path, *, settings=DEFAULT, **kwargs) -> dict:
     """Every setting in turn (keyword arguments as for `run_setting`); prints the summary; returns
     {setting: its result}."""
-    import torch
-
-    from .threads import plan_threads
+    from .threads import use_thread_plan
 
     out = Path(out)
-    threads = plan_threads()  # one thread when another job keeps a core busy: spinning threads slow both
-    torch.set_num_threads(threads.threads)
-    print(threads.describe(), flush=True)
+    use_thread_plan()  # one thread when another job keeps a core busy: spinning threads slow both
     started = time.time()
     results = {name: run_setting(name, out, **kwargs) for name in settings}
     print(f"\ndone in {time.time() - started:.0f} s. What the models learned:")

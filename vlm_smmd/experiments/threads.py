@@ -38,6 +38,27 @@ class ThreadPlan:
                      "the other work to end)")
         return line
 
+    def record(self) -> dict:
+        """The plan as run_config.json and metrics.json keep it."""
+        return {"jobs": self.jobs, "threads": self.threads, "cores": self.cores, "busy": round(self.load, 2),
+                "chosen_by": self.chosen_by, "line": self.describe()}
+
+
+def use_thread_plan(jobs: int | None = None) -> ThreadPlan:
+    """Plan this process's torch threads (`plan_threads`), set them and print the plan's line (once per
+    machine: local rank 0). `jobs` defaults to the processes of this launch on this machine (torchrun's
+    LOCAL_WORLD_SIZE, else 1)."""
+    import torch
+
+    if jobs is None:
+        text = os.environ.get("LOCAL_WORLD_SIZE", "1").strip()
+        jobs = int(text) if text.isdigit() and int(text) > 0 else 1
+    plan = plan_threads(jobs)
+    torch.set_num_threads(plan.threads)
+    if os.environ.get("LOCAL_RANK", "0").strip() in ("", "0"):
+        print(plan.describe(), flush=True)
+    return plan
+
 
 def busy_cores(window: float = 0.5) -> float:
     """Cores busy (user, system, irq, steal) over the next `window` seconds, machine-wide; this process

@@ -85,20 +85,21 @@ def flushing_denormals(enabled: bool = True):
         torch.set_flush_denormal(was)
 
 
-def run(model_args, data_args, loss_args, train_args, *, on_ready=None) -> dict:
+def run(model_args, data_args, loss_args, train_args, *, on_ready=None, threads: dict | None = None) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir.
 
     The main process locks output_dir for the whole run (`output_lock`: a second run on it is refused).
     `on_ready()`, when given, is called on the main process once the data, the model and the Trainer are
     ready, before the first step (`vlm-smmd train --overwrite` removes the earlier run's files there, so
     a run that cannot start leaves them). Training stops at the first non-finite loss or weight
-    (`DivergenceGuard`)."""
+    (`DivergenceGuard`). `threads`: the caller's thread plan (`ThreadPlan.record()`), kept in run_config.json
+    (without one, the torch threads found)."""
     with output_lock(train_args.output_dir, take=train_args.process_index == 0), \
             flushing_denormals(model_args.flush_denormal):
-        return _run(model_args, data_args, loss_args, train_args, on_ready)
+        return _run(model_args, data_args, loss_args, train_args, on_ready, threads)
 
 
-def _run(model_args, data_args, loss_args, train_args, on_ready) -> dict:
+def _run(model_args, data_args, loss_args, train_args, on_ready, threads) -> dict:
     from ..data.collator import VLMCollator
     from ..families import family_for
     from ..modeling import SCRATCH, load_model_and_processor, load_processor
@@ -157,7 +158,7 @@ def _run(model_args, data_args, loss_args, train_args, on_ready) -> dict:
     if eval_dataset is not None:  # before saving: merging LoRA changes the live model
         metrics.update(trainer.evaluate())
     save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora,
-               run_config=run_config(model_args, data_args, loss_args, train_args, collator))
+               run_config=run_config(model_args, data_args, loss_args, train_args, collator, threads))
     if data_args.on_error == "skip":
         # records dropped by the preflight (each once), plus any the collator still had to skip (a file
         # that broke during the run), totalled over DataLoader workers and ranks
@@ -172,9 +173,9 @@ def _run(model_args, data_args, loss_args, train_args, on_ready) -> dict:
     return metrics
 
 
-def run_config(model_args, data_args, loss_args, train_args, collator) -> dict:
+def run_config(model_args, data_args, loss_args, train_args, collator, threads: dict | None = None) -> dict:
     """The run's identity for reports: every model / data / loss key as used, the trainer keys that shape
-    the run, the family and V_num size."""
+    the run, the family and V_num size, and the torch thread plan it ran with."""
     from dataclasses import asdict
 
     keys = ("seed", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
@@ -182,5 +183,6 @@ def run_config(model_args, data_args, loss_args, train_args, collator) -> dict:
             "world_size")
     info = {**asdict(model_args), **asdict(data_args), **asdict(loss_args),
             **{k: getattr(train_args, k, None) for k in keys}}
-    info.update(family=collator.family.model_type, numeric_vocab_size=len(collator.numeric_vocab))
+    info.update(family=collator.family.model_type, numeric_vocab_size=len(collator.numeric_vocab),
+                threads=threads if threads is not None else {"threads": torch.get_num_threads()})
     return json.loads(json.dumps(info, default=str))
