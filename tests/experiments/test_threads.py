@@ -109,3 +109,69 @@ def test_train_and_eval_print_and_record_their_plan(tmp_path, monkeypatch, capsy
         assert metrics["run"]["threads"]["line"].startswith(line) and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(was)
+
+
+class FakeMachine:
+    """Two CPUs whose /proc/stat ticks (100 a second per CPU), clock and own CPU time the test advances."""
+
+    def __init__(self):
+        self.t, self.own, self.busy, self.total = 0.0, 0.0, 0, 0
+
+    def run(self, seconds: float, *, ours: float, other: float):
+        self.t += seconds
+        self.own += ours * seconds
+        self.busy += round((ours + other) * 100 * seconds)
+        self.total += 200 * round(seconds * 100) // 100
+
+
+def watch(machine, plan):
+    from vlm_smmd.experiments.threads import LoadWatch
+
+    return LoadWatch(plan, every_s=2.0, ticks=lambda: (machine.busy, machine.total), clock=lambda: machine.t,
+                     own_cpu=lambda: machine.own, cpus=2)
+
+
+def test_load_watch_gives_a_taken_core_back_when_it_is_freed():
+    machine = FakeMachine()
+    replan = watch(machine, plan_threads(1, environ={}, cores=2, load=0.0))
+    machine.run(1.0, ours=2.0, other=0.0)
+    assert replan() is None  # not yet time to measure
+    machine.run(1.5, ours=2.0, other=0.0)
+    assert replan() == 2 and replan.other == pytest.approx(0.0)  # idle: both cores
+    machine.run(2.0, ours=1.5, other=0.5)  # a busy loop squeezed by our two spinning threads
+    assert replan() == 1 and replan.other == pytest.approx(0.5)
+    machine.run(2.0, ours=1.0, other=1.0)  # with one thread, the loop has its core
+    assert replan() == 1
+    machine.run(2.0, ours=1.0, other=0.0)  # it ended
+    assert replan() == 2
+
+
+def test_load_watch_leaves_a_fixed_thread_count_alone():
+    machine = FakeMachine()
+    replan = watch(machine, plan_threads(1, environ={"OMP_NUM_THREADS": "2"}, cores=2, load=0.0))
+    machine.run(3.0, ours=1.0, other=1.0)
+    assert replan() is None  # OMP_NUM_THREADS: the count, and the run's bytes, stay
+
+
+def test_thread_replan_sets_torch_threads_after_a_step(capsys):
+    import torch
+    from transformers import TrainerControl, TrainerState
+
+    from vlm_smmd.training.trainer import ThreadReplan
+
+    was = torch.get_num_threads()
+    answers = iter([None, 1, 1])
+    callback = ThreadReplan(lambda: next(answers))
+    state = TrainerState()
+    state.global_step = 7
+    try:
+        torch.set_num_threads(2)
+        callback.on_step_end(None, state, TrainerControl())
+        assert torch.get_num_threads() == 2 and capsys.readouterr().out == ""
+        callback.on_step_end(None, state, TrainerControl())
+        assert torch.get_num_threads() == 1
+        assert capsys.readouterr().out == "threads: 1 torch thread from step 7 (the free cores changed)\n"
+        callback.on_step_end(None, state, TrainerControl())
+        assert capsys.readouterr().out == ""  # unchanged: not printed again
+    finally:
+        torch.set_num_threads(was)

@@ -77,7 +77,7 @@ def run(args: Args) -> int:
 
         ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
     from ..config import load_config
-    from ..experiments.threads import use_thread_plan
+    from ..experiments.threads import LoadWatch, use_thread_plan
     from ..modeling import SCRATCH, resolve_family
     from ..training import run as train
 
@@ -88,6 +88,7 @@ def run(args: Args) -> int:
     if args.model != SCRATCH:  # a bad name or path fails before the data is read
         resolve_family(args.model)
     threads = use_thread_plan()  # like compare: one thread where other work keeps a core busy
-    metrics = train(*configs, on_ready=lambda: remove_earlier(args), threads=threads.record())
+    metrics = train(*configs, on_ready=lambda: remove_earlier(args), threads=threads.record(),
+                    replan=LoadWatch(threads))  # and again when other work takes or frees a core
     print(json.dumps({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, indent=1))
     return 0

@@ -26,10 +26,11 @@ SUMMARY = 6  # headline figures printed per setting (the report has them all)
 
 def run_setting(name: str, out: Path, *, num: int | None = None, steps: int | None = None,
                 eval_limit: int | None = None, max_new_tokens: int = 8, overrides: dict | None = None,
-                overwrite: bool = False) -> dict:
+                overwrite: bool = False, replan=None) -> dict:
     """Data -> train -> eval on every test split (held-out images; unseen values) -> report for one setting
     under out/name; returns paths and, per split, the analysis and the held-out check. `overwrite`: an
-    earlier model, eval and report there are removed once the data is in place."""
+    earlier model, eval and report there are removed once the data is in place. `replan`: as for
+    `training.run`."""
     from ..analysis import analyze_records, load_predictions, load_run_info, write_report
     from ..config import evaluated_splits, load_config
     from ..evaluation import evaluate_model
@@ -56,7 +57,7 @@ def run_setting(name: str, out: Path, *, num: int | None = None, steps: int | No
           f"{train_args.max_steps} steps of {train_args.per_device_train_batch_size} with CE + "
           f"{loss_args.aux_lambda:g} * {loss_args.aux} -> {model_dir}", flush=True)
     train_started = time.time()
-    run(model_args, data_args, loss_args, train_args)
+    run(model_args, data_args, loss_args, train_args, replan=replan)
     trained = time.time() - train_started
     splits = evaluated_splits(data_args)
     print(f"[{name} 3/4] evaluating on {'all' if eval_limit is None else f'the first {eval_limit}'} {what} of "
@@ -120,10 +121,11 @@ def summary(name: str, result: dict) -> list[str]:
 def run_demo(out: Path, *, settings=DEFAULT, **kwargs) -> dict:
     """Every setting in turn (keyword arguments as for `run_setting`); prints the summary; returns
     {setting: its result}."""
-    from .threads import use_thread_plan
+    from .threads import LoadWatch, use_thread_plan
 
     out = Path(out)
-    use_thread_plan()  # one thread when another job keeps a core busy: spinning threads slow both
+    threads = use_thread_plan()  # one thread when another job keeps a core busy: spinning threads slow both
+    kwargs.setdefault("replan", LoadWatch(threads))  # and again while training, as cores are taken or freed
     started = time.time()
     results = {name: run_setting(name, out, **kwargs) for name in settings}
     print(f"\ndone in {time.time() - started:.0f} s. What the models learned:")

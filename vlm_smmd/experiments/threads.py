@@ -60,21 +60,63 @@ def use_thread_plan(jobs: int | None = None) -> ThreadPlan:
     return plan
 
 
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot, from /proc/stat (busy: all but idle and iowait)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return sum(ticks) - idle, sum(ticks)
+
+
 def busy_cores(window: float = 0.5) -> float:
     """Cores busy (user, system, irq, steal) over the next `window` seconds, machine-wide; this process
     sleeps meanwhile, so the figure is other work. The 1-minute load average where /proc/stat is missing."""
-    def sample():
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-        return sum(ticks) - idle, sum(ticks)
     try:
-        busy0, total0 = sample()
+        busy0, total0 = _machine_ticks()
         time.sleep(window)
-        busy1, total1 = sample()
+        busy1, total1 = _machine_ticks()
     except (OSError, ValueError, IndexError):
         return os.getloadavg()[0]
     return (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
+
+
+class LoadWatch:
+    """Re-plans a running job's torch threads from the cores other work keeps busy (issue 41: a plan made once
+    at start leaves torch's spinning threads fighting work that arrives later, 5x slower on 2 cores).
+
+    Called often (each training step), it measures at most every `every_s` seconds: the machine's busy
+    cores (/proc/stat) minus this process's own CPU use (os.times), and returns the thread count for the free
+    cores (`plan.jobs` sharing them), or None between measurements. A core counts as taken from 0.4 of it
+    busy (work squeezed by our threads shows only part of its demand). Only a plan chosen by load is
+    re-planned: OMP_NUM_THREADS fixes the count, and with it the run's bytes."""
+
+    TAKEN = 0.4
+
+    def __init__(self, plan: ThreadPlan, *, every_s: float = 2.0, ticks=_machine_ticks, clock=time.monotonic,
+                 own_cpu=lambda: sum(os.times()[:2]), cpus: int | None = None):
+        self.plan, self.every_s, self._ticks, self._clock, self._own_cpu = plan, every_s, ticks, clock, own_cpu
+        self.cpus = cpus or os.cpu_count() or 1
+        self.other = plan.load  # cores busy with other work at the last measurement
+        self._last = self._sample()
+
+    def _sample(self):
+        try:
+            return self._clock(), self._own_cpu(), *self._ticks()
+        except (OSError, ValueError, IndexError):
+            return None  # no /proc/stat: the plan stays
+
+    def __call__(self) -> int | None:
+        if self.plan.chosen_by != "load" or self._last is None or self._clock() - self._last[0] < self.every_s:
+            return None
+        now = self._sample()
+        if now is None:
+            return None
+        (t0, own0, busy0, total0), (t1, own1, busy1, total1) = self._last, now
+        self._last = now
+        machine = (busy1 - busy0) / max(1, total1 - total0) * self.cpus
+        self.other = max(0.0, machine - (own1 - own0) / max(1e-9, t1 - t0))
+        taken = min(self.plan.cores, int(self.other + 1 - self.TAKEN))
+        return max(1, (self.plan.cores - taken) // self.plan.jobs)
 
 
 def plan_threads(jobs: int = 1, *, environ=None, cores: int | None = None, load: float | None = None) -> ThreadPlan:

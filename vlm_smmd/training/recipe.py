@@ -17,7 +17,7 @@ from ..losses.objective import NumericObjective
 from .checkpoints import resume_checkpoint, save_final, stopped_run_error
 from .datasets import build_datasets, checked_datasets
 from .guards import DivergenceGuard, output_lock
-from .trainer import NumericTrainer
+from .trainer import NumericTrainer, ThreadReplan
 
 
 def build_objective(loss_args, numeric_vocab) -> NumericObjective:
@@ -85,7 +85,8 @@ def flushing_denormals(enabled: bool = True):
         torch.set_flush_denormal(was)
 
 
-def run(model_args, data_args, loss_args, train_args, *, on_ready=None, threads: dict | None = None) -> dict:
+def run(model_args, data_args, loss_args, train_args, *, on_ready=None, threads: dict | None = None,
+        replan=None) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir.
 
     The main process locks output_dir for the whole run (`output_lock`: a second run on it is refused).
@@ -93,13 +94,14 @@ def run(model_args, data_args, loss_args, train_args, *, on_ready=None, threads:
     ready, before the first step (`vlm-smmd train --overwrite` removes the earlier run's files there, so
     a run that cannot start leaves them). Training stops at the first non-finite loss or weight
     (`DivergenceGuard`). `threads`: the caller's thread plan (`ThreadPlan.record()`), kept in run_config.json
-    (without one, the torch threads found)."""
+    (without one, the torch threads found); `replan()`, when given, answers the thread count after each step
+    (`ThreadReplan`)."""
     with output_lock(train_args.output_dir, take=train_args.process_index == 0), \
             flushing_denormals(model_args.flush_denormal):
-        return _run(model_args, data_args, loss_args, train_args, on_ready, threads)
+        return _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan)
 
 
-def _run(model_args, data_args, loss_args, train_args, on_ready, threads) -> dict:
+def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan) -> dict:
     from ..data.collator import VLMCollator
     from ..families import family_for
     from ..modeling import SCRATCH, load_model_and_processor, load_processor
@@ -143,7 +145,7 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads) -> dic
     trainer = NumericTrainer(
         model=model, args=train_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_collator=collator, processing_class=processor, objective=objective,
-        callbacks=[DivergenceGuard(objective)],
+        callbacks=[DivergenceGuard(objective), *([ThreadReplan(replan)] if replan is not None else [])],
     )
     if on_ready is not None and train_args.process_index == 0:
         on_ready()

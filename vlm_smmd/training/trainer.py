@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
 from ..losses.objective import NumericObjective, answer_positions
 from .checkpoints import load_checkpoint_weights
@@ -173,3 +173,19 @@ def _length_sampler(batch_size: int, dataset, seed: int | None = None):
 
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     return LengthGroupedSampler(batch_size, lengths=dataset.lengths, generator=generator)
+
+
+class ThreadReplan(TrainerCallback):
+    """Sets torch's thread count during training to what `replan()` answers after each step (an int, or None
+    to keep it), printing each change: the caller's measure of the free cores (`experiments.threads.LoadWatch`)."""
+
+    def __init__(self, replan):
+        self.replan = replan
+
+    def on_step_end(self, args, state, control, **kwargs):
+        threads = self.replan()
+        if threads is not None and threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+            if state.is_world_process_zero:
+                print(f"threads: {threads} torch thread{'s' if threads > 1 else ''} from step {state.global_step} "
+                      f"(the free cores changed)", flush=True)
