@@ -23,7 +23,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+README = ROOT / "docs" / "guide" / "own-trainer.md"  # the page the runnable trainer examples live on
 CHECKS = Path(__file__).resolve().parent  # the scripts run inside the venvs
 BLOCKER = CHECKS / "blocker"  # a sitecustomize that makes named modules look uninstalled
 
