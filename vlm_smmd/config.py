@@ -42,6 +42,9 @@ class ModelArguments:
         default="tiny", metadata={"help": "hub id, local dir, or a preset: tiny (Qwen2.5-VL), tiny-qwen2-vl, "
                                   "tiny-qwen3-vl, tiny-mllama, tiny-qwen2.5, tiny-llama3, or scratch (a task "
                                   "vocabulary and the scratch_* sizes)"})
+    random_init: bool = field(default=False, metadata={
+        "help": "build the released architecture of the hub id in model_name_or_path offline with random weights "
+                "(nothing downloaded; for sizing, dry runs and benches: `vlm-smmd plan` lists the known ids)"})
     torch_dtype: str = field(default="auto", metadata={"help": "auto | bf16 | fp16 | fp32"})
     attn_implementation: str | None = field(default=None, metadata={"help": "eager | sdpa | flash_attention_2"})
     flush_denormal: bool = field(default=True, metadata={

@@ -24,6 +24,8 @@ from .families import (
     family_of,
     looks_like_path,
     presets,
+    published_family,
+    published_ids,
 )
 
 __all__ = ["ModelLoadError", "load_model_and_processor", "load_processor", "lora_target_modules", "set_trainable",
@@ -88,12 +90,23 @@ def resolve_family(name_or_path: str):
     return family_for(model_type, where=name_or_path)
 
 
+def published(hub_id: str):
+    """The family of a released checkpoint whose architecture is known offline (`random_init`)."""
+    family = published_family(hub_id)
+    if family is None:
+        raise ModelLoadError(f"{hub_id}: random_init builds only a released architecture known offline: "
+                             + ", ".join(published_ids()))
+    return family
+
+
 def load_processor(name_or_path: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
-                   trust_remote_code: bool = False):
+                   trust_remote_code: bool = False, random_init: bool = False):
     """(family, processor) of a preset, local checkpoint or hub id, without loading the model; the
-    tokenizer pads on the left."""
-    family = resolve_family(name_or_path)
-    if name_or_path in presets():
+    tokenizer pads on the left. With `random_init` a released hub id gets its processor built offline."""
+    family = published(name_or_path) if random_init else resolve_family(name_or_path)
+    if random_init:
+        processor = family.published_processor(name_or_path, min_pixels, max_pixels)
+    elif name_or_path in presets():
         processor = family.tiny_processor(min_pixels, max_pixels)
     else:
         processor = family.load_processor(name_or_path, min_pixels=min_pixels, max_pixels=max_pixels,
@@ -176,6 +189,7 @@ def load_model_and_processor(
     lora_alpha: int = 32,
     lora_dropout: float = 0.05,
     lora_vision: bool = False,
+    random_init: bool = False,
     verbose: bool = True,
 ):
     """Return `(model, processor)` of the checkpoint's family (a tokenizer is the processor of text LLMs).
@@ -184,7 +198,9 @@ def load_model_and_processor(
     docstring; randomly initialised, seeded by `seed`). The family comes from the preset or from the
     checkpoint's config `model_type`; an unsupported one is a ModelLoadError listing the supported families.
     A `processor` from `load_processor` is used as it is; with a `config` (the scratch preset, with the
-    processor `build_scratch` made for it) the model is that config, randomly initialised.
+    processor `build_scratch` made for it) the model is that config, randomly initialised. With
+    `random_init` a released hub id (`published_ids()`) is built offline at its published architecture with
+    random weights (seeded by `seed`): nothing is downloaded.
     `freeze_merger` freezes the projector between vision and language (Qwen's merger, Mllama's
     multi_modal_projector).
     """
@@ -195,9 +211,11 @@ def load_model_and_processor(
         family = family_for(config.model_type)
     elif processor is None:
         family, processor = load_processor(name_or_path, min_pixels=min_pixels, max_pixels=max_pixels,
-                                           trust_remote_code=trust_remote_code)
+                                           trust_remote_code=trust_remote_code, random_init=random_init)
     else:
-        family = resolve_family(name_or_path)
+        family = published(name_or_path) if random_init else resolve_family(name_or_path)
+    if config is None and random_init:
+        config = family.published_config(name_or_path)
     if config is not None or name_or_path in presets():
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

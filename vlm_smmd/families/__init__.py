@@ -10,6 +10,7 @@ Adding a family: write `families/<name>.py` with a subclass of `Family` and list
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from importlib import import_module
@@ -55,6 +56,9 @@ class Family:
     # Tiny preset image bounds (pixels).
     tiny_min_pixels: int = 56 * 56
     tiny_max_pixels: int = 224 * 224
+    # The released checkpoints' architectures, {hub id: config keyword arguments}, so that a hub id with
+    # `random_init` builds exactly that model offline (no weights, no hub).
+    published: dict[str, dict] = {}
 
     # -- model --------------------------------------------------------------------------------------
     def model_class(self):
@@ -68,6 +72,19 @@ class Family:
     def tiny_processor(self, min_pixels: int | None = None, max_pixels: int | None = None):
         """The tiny preset's processor (a tokenizer for text families), built offline."""
         raise NotImplementedError
+
+    def config_class(self):
+        """The transformers config class of this family's checkpoints."""
+        raise NotImplementedError
+
+    def published_config(self, hub_id: str):
+        """The config of a released checkpoint (`published`), built offline."""
+        return self.config_class()(**copy.deepcopy(self.published[hub_id]))
+
+    def published_processor(self, hub_id: str, min_pixels: int | None = None, max_pixels: int | None = None):
+        """The processor of a released checkpoint, built offline: the real tokenizer and the image
+        processor's published settings (the tiny preset's processor where they are the same)."""
+        return self.tiny_processor(min_pixels, max_pixels)
 
     def load_processor(self, path: str, *, min_pixels: int | None = None, max_pixels: int | None = None,
                        trust_remote_code: bool = False):
@@ -169,6 +186,16 @@ def presets() -> dict[str, Family]:
     table = {f.preset: f for f in families().values() if f.preset}
     table["tiny"] = families()["qwen2_5_vl"]
     return table
+
+
+def published_family(hub_id: str) -> Family | None:
+    """The family whose `published` table holds this hub id, or None."""
+    return next((f for f in families().values() if hub_id in f.published), None)
+
+
+def published_ids() -> list[str]:
+    """Every hub id whose architecture is known offline."""
+    return [hub_id for f in families().values() for hub_id in f.published]
 
 
 def supported() -> str:

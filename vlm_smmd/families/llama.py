@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import Family
-from .mllama import Mllama
+from .mllama import LLAMA3_IDS, LLAMA31_ROPE, Mllama
 from .tokenizers import build_llama3_tokenizer
 
 
@@ -14,6 +14,17 @@ class LlamaText(Family):
     vision = False
     assistant_header = Mllama.assistant_header
     end_of_turn = Mllama.end_of_turn
+    published = {
+        "meta-llama/Llama-3.1-8B-Instruct": dict(
+            vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+            num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072, rms_norm_eps=1e-5,
+            rope_parameters=dict(LLAMA31_ROPE), tie_word_embeddings=False, **LLAMA3_IDS),
+    }
+
+    def config_class(self):
+        from transformers import LlamaConfig
+
+        return LlamaConfig
 
     def model_class(self):
         from transformers import LlamaForCausalLM

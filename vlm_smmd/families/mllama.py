@@ -21,6 +21,12 @@ TINY_TEXT_CONFIG = dict(
     pad_token_id=None,  # the released 128004 makes ZeRO-3 from-scratch init index a partitioned embedding
 )
 
+# Llama-3 rope with the long-context frequency scaling of the 3.1 / 3.2 releases
+LLAMA31_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+LLAMA3_IDS = dict(bos_token_id=128000, eos_token_id=[128001, 128008, 128009], pad_token_id=None)
+PUBLISHED_TILE = 560  # the released image processor's tile side
+
 
 class Mllama(Family):
     model_type = "mllama"
@@ -34,6 +40,30 @@ class Mllama(Family):
     lora_vision_suffixes = ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2")
     vision_markers = (".vision_model.",)
     projector_markers = (".multi_modal_projector.",)
+    published = {
+        "meta-llama/Llama-3.2-11B-Vision-Instruct": dict(
+            vision_config=dict(hidden_size=1280, num_hidden_layers=32, num_global_layers=8, attention_heads=16,
+                               intermediate_size=5120, vision_output_dim=7680, image_size=PUBLISHED_TILE,
+                               patch_size=14, max_num_tiles=4, intermediate_layers_indices=[3, 7, 15, 23, 30]),
+            text_config=dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=40,
+                             cross_attention_layers=[3, 8, 13, 18, 23, 28, 33, 38], num_attention_heads=32,
+                             num_key_value_heads=8, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                             rope_parameters=dict(LLAMA31_ROPE), tie_word_embeddings=False, **LLAMA3_IDS),
+            image_token_index=128256),
+    }
+
+    def config_class(self):
+        from transformers import MllamaConfig
+
+        return MllamaConfig
+
+    def published_processor(self, hub_id, min_pixels=None, max_pixels=None):
+        from transformers import MllamaImageProcessor, MllamaProcessor
+
+        image_processor = MllamaImageProcessor(size={"height": PUBLISHED_TILE, "width": PUBLISHED_TILE},
+                                               max_image_tiles=4)
+        return MllamaProcessor(image_processor=image_processor, tokenizer=build_llama3_tokenizer(),
+                               chat_template=LLAMA3_CHAT_TEMPLATE)
 
     def model_class(self):
         from transformers import MllamaForConditionalGeneration

@@ -13,6 +13,18 @@ class Qwen2Text(Family):
     vision = False
     assistant_header = "<|im_start|>assistant\n"
     end_of_turn = "<|im_end|>"
+    published = {
+        "Qwen/Qwen2.5-7B-Instruct": dict(
+            vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+            num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768, rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False,
+            bos_token_id=151643, eos_token_id=151645),
+    }
+
+    def config_class(self):
+        from transformers import Qwen2Config
+
+        return Qwen2Config
 
     def model_class(self):
         from transformers import Qwen2ForCausalLM

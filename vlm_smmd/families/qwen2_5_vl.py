@@ -22,6 +22,24 @@ TINY_VISION_CONFIG = dict(
     temporal_patch_size=2, window_size=112, out_hidden_size=64, fullatt_block_indexes=[1],
 )
 
+# The released checkpoints' special tokens (the same in Qwen2-VL, Qwen2.5-VL and Qwen3-VL) and text
+# settings; "no pad id" as above.
+QWEN_VL_TOKEN_IDS = dict(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+                         vision_end_token_id=151653)
+QWEN_IDS = dict(bos_token_id=151643, eos_token_id=151645)
+MROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}
+
+
+def _qwen25_vl(hidden, intermediate, layers, heads, kv_heads, vocab, tied, max_positions=128000):
+    """Keyword arguments of a released Qwen2.5-VL config: its text model and the shared 32-block ViT."""
+    text = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
+                rms_norm_eps=1e-6, rope_parameters=dict(MROPE), tie_word_embeddings=tied, **QWEN_IDS)
+    vision = dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, in_channels=3,
+                  out_hidden_size=hidden, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                  window_size=112, fullatt_block_indexes=[7, 15, 23, 31], hidden_act="silu", tokens_per_second=2)
+    return dict(text_config=text, vision_config=vision, tie_word_embeddings=tied, **QWEN_VL_TOKEN_IDS)
+
 
 class QwenVLFamily(Family):
     """What the Qwen VL families share: ChatML turns, <|image_pad|> placeholders, smart_resize sizing."""
@@ -34,6 +52,12 @@ class QwenVLFamily(Family):
     vision_markers = (".visual.",)
     projector_markers = (".visual.merger.",)
     own_positions = True
+    # the released image processors' bounds (preprocessor_config.json min_pixels / max_pixels)
+    published_min_pixels = 56 * 56
+    published_max_pixels = 28 * 28 * 16384
+
+    def published_processor(self, hub_id, min_pixels=None, max_pixels=None):
+        return self.tiny_processor(min_pixels or self.published_min_pixels, max_pixels or self.published_max_pixels)
 
     def expected_image_tokens(self, batch, images_per_row, processor):
         grids = batch.get("image_grid_thw")
@@ -80,6 +104,15 @@ class Qwen25VL(QwenVLFamily):
     title = "Qwen2.5-VL"
     preset = "tiny-qwen2.5-vl"
     processor_class = "Qwen2_5_VLProcessor"
+    published = {
+        "Qwen/Qwen2.5-VL-3B-Instruct": _qwen25_vl(2048, 11008, 36, 16, 2, 151936, tied=True),
+        "Qwen/Qwen2.5-VL-7B-Instruct": _qwen25_vl(3584, 18944, 28, 28, 4, 152064, tied=False),
+    }
+
+    def config_class(self):
+        from transformers import Qwen2_5_VLConfig
+
+        return Qwen2_5_VLConfig
 
     def position_ids(self, batch, processor):
         """The mRoPE positions [3, B, T] of a batch with still images (`mrope_positions`); None for a

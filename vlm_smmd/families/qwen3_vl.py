@@ -3,7 +3,7 @@ vocabulary (Qwen2.5's plus <tool_response>, </tool_response>, <think>, </think> 
 
 from __future__ import annotations
 
-from .qwen2_5_vl import QwenVLFamily, build_processor
+from .qwen2_5_vl import QWEN_IDS, QWEN_VL_TOKEN_IDS, QwenVLFamily, build_processor
 from .tokenizers import QWEN3_VL_CHAT_TEMPLATE, build_qwen_tokenizer
 
 TINY_TEXT_CONFIG = dict(
@@ -18,6 +18,20 @@ TINY_VISION_CONFIG = dict(depth=2, hidden_size=64, intermediate_size=128, num_he
                           num_position_embeddings=256, deepstack_visual_indexes=[0])
 
 
+def _qwen3_vl(hidden, intermediate, tied, *, depth, vision_hidden, vision_intermediate, deepstack):
+    """Keyword arguments of a released Qwen3-VL config: a 36-layer text model (32 heads of 128, 8 KV heads,
+    interleaved mRoPE) and a patch-16 ViT whose DeepStack mergers feed three of its blocks to the text."""
+    text = dict(vocab_size=151936, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=262144,
+                rms_norm_eps=1e-6, tie_word_embeddings=tied,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [24, 20, 20],
+                                 "mrope_interleaved": True}, **QWEN_IDS)
+    vision = dict(depth=depth, hidden_size=vision_hidden, intermediate_size=vision_intermediate, num_heads=16,
+                  in_channels=3, patch_size=16, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden,
+                  num_position_embeddings=2304, deepstack_visual_indexes=deepstack, hidden_act="gelu_pytorch_tanh")
+    return dict(text_config=text, vision_config=vision, tie_word_embeddings=tied, **QWEN_VL_TOKEN_IDS)
+
+
 class Qwen3VL(QwenVLFamily):
     model_type = "qwen3_vl"
     title = "Qwen3-VL"
@@ -28,6 +42,19 @@ class Qwen3VL(QwenVLFamily):
     projector_markers = (".visual.merger.", ".visual.deepstack_merger_list.")
     tiny_min_pixels = 64 * 64
     tiny_max_pixels = 256 * 256
+    published_min_pixels = 65536
+    published_max_pixels = 16777216
+    published = {
+        "Qwen/Qwen3-VL-4B-Instruct": _qwen3_vl(2560, 9728, True, depth=24, vision_hidden=1024,
+                                               vision_intermediate=4096, deepstack=[5, 11, 17]),
+        "Qwen/Qwen3-VL-8B-Instruct": _qwen3_vl(4096, 12288, False, depth=27, vision_hidden=1152,
+                                               vision_intermediate=4304, deepstack=[8, 16, 24]),
+    }
+
+    def config_class(self):
+        from transformers import Qwen3VLConfig
+
+        return Qwen3VLConfig
 
     def model_class(self):
         from transformers import Qwen3VLForConditionalGeneration

@@ -119,7 +119,7 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
         family = family_for(scratch_config.model_type)
     else:
         family, processor = load_processor(model_args.model_name_or_path, min_pixels=model_args.min_pixels,
-                                           max_pixels=model_args.max_pixels)
+                                           max_pixels=model_args.max_pixels, random_init=model_args.random_init)
     tokenizer = getattr(processor, "tokenizer", processor)
     collator = VLMCollator(
         processor, family=family, system_prompt=data_args.system_prompt,
@@ -137,7 +137,7 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
         freeze_merger=model_args.freeze_merger, freeze_language=model_args.freeze_language,
         gradient_checkpointing=train_args.gradient_checkpointing, lora=model_args.lora, lora_r=model_args.lora_r,
         lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout, lora_vision=model_args.lora_vision,
-        verbose=train_args.process_index == 0,
+        random_init=model_args.random_init, verbose=train_args.process_index == 0,
     )
     # load_model_and_processor already enabled checkpointing; the Trainer would redo it with other kwargs
     train_args.gradient_checkpointing = False
