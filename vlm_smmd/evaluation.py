@@ -33,6 +33,7 @@ import math
 import os
 import re
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -229,7 +230,7 @@ def _prompt_batches(collator, samples, batch_size: int, on_error: str, skip_log)
 def generate_predictions(model, processor, samples, *, batch_size: int = 8, max_new_tokens: int = 16,
                          system_prompt: str | None = None, instruction: str | None = None,
                          min_pixels: int | None = None, max_pixels: int | None = None, progress: bool = True,
-                         on_error: str = "raise", skip_log=None, desc: str = "eval") -> list[dict]:
+                         on_error: str = "raise", skip_log=None, desc: str = "eval", sink=None) -> list[dict]:
     """Greedy answers for `samples`, one scored record per sample, in order (module docstring).
 
     Batches of `batch_size` are built left-padded by `VLMCollator.prompt_batch` (the same chat as in
@@ -237,6 +238,7 @@ def generate_predictions(model, processor, samples, *, batch_size: int = 8, max_
     family's image inputs) to `model.generate` with do_sample=False; only the new tokens [B, T_new] are
     decoded, without special tokens. Generation stops at the model's EOS or the family's end-of-turn token. Under on_error="skip" samples whose image or text cannot be used are left out and
     counted in `skip_log` (a `SkipLog`); under "raise" the DataError naming the record propagates.
+    `sink`, when given, is called with each batch's records as soon as they are scored (streaming).
     """
     import torch
     from tqdm import tqdm
@@ -272,13 +274,17 @@ def generate_predictions(model, processor, samples, *, batch_size: int = 8, max_
                 out = model.generate(**inputs, generation_config=generation_config)
             new_tokens = out[:, inputs["input_ids"].shape[1]:].cpu()  # [B, T_new]
             texts = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            scored = []
             for sample, raw in zip(kept, texts, strict=True):
                 try:
-                    records.append(_record(sample, raw))
+                    scored.append(_record(sample, raw))
                 except DataError as e:  # a target that cannot be scored
                     if on_error == "raise":
                         raise
                     skip_log.add(e)
+            records += scored
+            if sink is not None:
+                sink(scored)
     finally:
         bar.close()
         if was_training:
@@ -409,10 +415,83 @@ def summarize(records: Sequence[Mapping]) -> dict:
     }
 
 
+class OutputError(ValueError):
+    """An output file could not be written (a full disk, a folder made read-only): one line naming it."""
+
+
 def _write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file; a failed write (a full disk) leaves no temporary
+    file and raises an OutputError naming `path`."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+# the predictions of an evaluation still running, one record a line, appended batch by batch, and the
+# arguments it was started with; `eval --resume` continues from them, the finished run removes both
+PARTIAL = "predictions.partial.jsonl"
+PARTIAL_RUN = "predictions.partial.json"
+# the arguments a resumed evaluation must share with the interrupted one (the others only report)
+RESUME_KEYS = ("model", "data", "split", "limit", "batch_size", "max_new_tokens", "system_prompt", "instruction",
+               "min_pixels", "max_pixels", "on_error", "max_image_pixels", "reader_options")
+
+
+def check_writable(out_dir) -> None:
+    """OSError naming `out_dir` when it is not a folder this process can create files in (checked before
+    the model loads, so a read-only or wrong --out costs nothing)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise PermissionError(f"--out {out} is not writable: {e.strerror or e}") from None
+
+
+def _read_partial(out: Path, run: Mapping) -> list[dict]:
+    """The records an interrupted evaluation in `out` kept, after checking it ran with `run`'s arguments;
+    [] when there is none. A torn last line (a write cut off) is dropped; any other bad line is an error."""
+    partial, run_file = out / PARTIAL, out / PARTIAL_RUN
+    if not partial.exists() or not run_file.exists():
+        return []
+    try:
+        before = json.loads(run_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{run_file}: unreadable ({e}); remove {partial} and {run_file} to start afresh") from None
+    changed = [k for k in RESUME_KEYS if json_safe(run.get(k)) != before.get(k)]
+    if changed:
+        raise ValueError(f"--resume: {out} holds an evaluation started with other arguments "
+                         f"({', '.join(changed)}); rerun with the same ones, or pass --overwrite to start afresh")
+    text = partial.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if lines[-1]:
+        print(f"{partial}: dropped a torn last line (a write cut off); it is generated again")
+    records = []
+    for number, line in enumerate(lines[:-1], 1):
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise ValueError(f"{partial} line {number}: not a JSON record; remove {partial} and {run_file} "
+                             "to start afresh") from None
+    return records
+
+
+def _keys(pairs) -> list[tuple]:
+    """(source, id, occurrence) per (source, id) pair: what matches a kept record to its sample, repeated
+    ids included."""
+    seen: dict[tuple, int] = {}
+    keys = []
+    for pair in pairs:
+        seen[pair] = seen.get(pair, 0) + 1
+        keys.append((*pair, seen[pair]))
+    return keys
 
 
 def write_outputs(records: Sequence[Mapping], metrics: Mapping, out_dir) -> tuple[Path, Path]:
@@ -493,7 +572,7 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
                    on_error: str = "raise", device: str | None = None, dtype: str | None = None,
                    progress: bool = True, train_data: Sequence[tuple[str, str, str]] = (),
                    max_image_pixels: int | None = None, reader_options: Mapping[str, Mapping] | None = None,
-                   threads: Mapping | None = None) -> dict:
+                   threads: Mapping | None = None, resume: bool = False) -> dict:
     """Load a model, generate for the first `limit` samples (all when None) of `split` of each data spec,
     score, write predictions.jsonl + metrics.json to `out_dir`, and return the metrics.
 
@@ -510,6 +589,11 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     (`training_reader_options`), so a reader whose targets depend on its options (RefCOCO's coordinate
     convention and pixel limits, DeepMind modules) reads the test split as training read the train split.
     `threads`: the caller's thread plan, kept in metrics["run"] (without one, the torch threads found).
+
+    Predictions are streamed to `out_dir`/PARTIAL batch by batch (an interrupted or failed run keeps them);
+    `resume` continues from them (the same arguments, RESUME_KEYS, or a ValueError listing the changed
+    ones) and generates only the samples they lack. The finished run writes predictions.jsonl and
+    metrics.json and removes the partial files.
     """
     import torch
 
@@ -527,6 +611,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
             raise FileNotFoundError(f"{s.name}: no such dataset folder {s.path}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
+    out = Path(out_dir)
+    check_writable(out)
 
     from vlm_smmd.data.sample import set_max_image_pixels
 
@@ -540,42 +626,75 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
         if len(ds) == 0:
             raise ValueError(f"{s.name}:{s.path}: split {split!r} holds no usable samples")
 
+    run = {"model": str(model_name_or_path), "data": {s.name: str(s.path) for s in specs},
+           "split": split, "limit": limit, "batch_size": batch_size, "max_new_tokens": max_new_tokens,
+           "system_prompt": system_prompt, "instruction": instruction, "min_pixels": min_pixels,
+           "max_pixels": max_pixels, "on_error": on_error,
+           "train_data": [list(t) for t in train_data], "max_image_pixels": max_image_pixels,
+           "reader_options": {name: opts for name, opts in reader_options.items() if opts},
+           "threads": dict(threads) if threads is not None else {"threads": torch.get_num_threads()}}
+    kept = _read_partial(out, run) if resume else []
+    if kept:
+        print(f"--resume: {len(kept)} predictions kept from {out / PARTIAL}; generating the rest")
+    done = dict(zip(_keys((r["source"], str(r["id"])) for r in kept), kept, strict=True))
+
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or ("fp32" if str(device).startswith("cpu") else "auto")
     model, processor = load_model_and_processor(str(model_name_or_path), dtype=dtype, verbose=False)
     _refuse_nonfinite(model, model_name_or_path)
     model.to(device)
 
+    partial = out / PARTIAL
+    _write_atomic(out / PARTIAL_RUN, json.dumps(json_safe(run), ensure_ascii=False) + "\n")
+    _write_atomic(partial, "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in kept))
     records, skipped, leakage = [], {}, {}
-    for s, ds in datasets:
-        n = len(ds) if limit is None else min(limit, len(ds))
-        samples = [ds[i] for i in range(n)]
-        leakage[s.name] = _leakage(samples, s.name, split, train_data, on_error, progress)
-        log = SkipLog(f"eval {s.name}")
-        recs = generate_predictions(model, processor, samples, batch_size=batch_size,
-                                    max_new_tokens=max_new_tokens, system_prompt=system_prompt,
-                                    instruction=instruction, min_pixels=min_pixels, max_pixels=max_pixels,
-                                    progress=progress, on_error=on_error, skip_log=log, desc=f"eval {s.name}")
-        for r in recs:
-            r["split"] = r["split"] or split
-        records += recs
-        read_log = getattr(ds, "skip_log", None)
-        read_skips = getattr(ds, "skipped", None)  # None: the reader does not count (it warns instead)
-        skipped[s.name] = {"read": None if read_skips is None else int(read_skips), "generate": log.total,
-                           "reasons": {**(read_log.counts if read_log is not None else {}), **log.counts}}
+    with partial.open("a", encoding="utf-8") as stream:
+        def sink(batch):
+            for r in batch:
+                r["split"] = r["split"] or split
+            try:
+                stream.write("".join(json.dumps(json_safe(r), ensure_ascii=False, allow_nan=False) + "\n"
+                                     for r in batch))
+                stream.flush()  # a killed process keeps every finished batch
+            except OSError as e:
+                raise OutputError(f"cannot write {partial}: {e.strerror or e}") from None
+
+        try:
+            for s, ds in datasets:
+                n = len(ds) if limit is None else min(limit, len(ds))
+                samples = [ds[i] for i in range(n)]
+                leakage[s.name] = _leakage(samples, s.name, split, train_data, on_error, progress)
+                keys = _keys((sample.source, str(sample.id)) for sample in samples)
+                todo = [sample for sample, key in zip(samples, keys, strict=True) if key not in done]
+                log = SkipLog(f"eval {s.name}")
+                recs = generate_predictions(model, processor, todo, batch_size=batch_size,
+                                            max_new_tokens=max_new_tokens, system_prompt=system_prompt,
+                                            instruction=instruction, min_pixels=min_pixels, max_pixels=max_pixels,
+                                            progress=progress, on_error=on_error, skip_log=log,
+                                            desc=f"eval {s.name}", sink=sink) if todo else []
+                new = dict(zip(_keys((r["source"], str(r["id"])) for r in recs), recs, strict=True))
+                records += [new[key] if key in new else done[key] for key in keys if key in new or key in done]
+                read_log = getattr(ds, "skip_log", None)
+                read_skips = getattr(ds, "skipped", None)  # None: the reader does not count (it warns instead)
+                skipped[s.name] = {"read": None if read_skips is None else int(read_skips), "generate": log.total,
+                                   "reasons": {**(read_log.counts if read_log is not None else {}), **log.counts}}
+        except KeyboardInterrupt:
+            print(f"the predictions generated so far are kept in {partial}; rerun the same eval with --resume "
+                  "to continue", file=sys.stderr)
+            raise
     if not records:
         raise ValueError("every sample was skipped; nothing to score")
     metrics = summarize(records)
     metrics["skipped"] = skipped
     metrics["leakage"] = leakage
-    metrics["run"] = {"model": str(model_name_or_path), "data": {s.name: str(s.path) for s in specs},
-                      "split": split, "limit": limit, "batch_size": batch_size, "max_new_tokens": max_new_tokens,
-                      "system_prompt": system_prompt, "instruction": instruction, "min_pixels": min_pixels,
-                      "max_pixels": max_pixels, "on_error": on_error,
-                      "train_data": [list(t) for t in train_data], "max_image_pixels": max_image_pixels,
-                      "reader_options": {name: opts for name, opts in reader_options.items() if opts},
-                      "threads": dict(threads) if threads is not None else {"threads": torch.get_num_threads()}}
-    write_outputs(records, metrics, out_dir)
+    metrics["run"] = run
+    try:
+        write_outputs(records, metrics, out)
+    except OutputError as e:
+        raise OutputError(f"{e}; the predictions are kept in {partial}: free space and rerun the same eval "
+                          "with --resume") from None
+    partial.unlink()
+    (out / PARTIAL_RUN).unlink()
     return metrics
 
 

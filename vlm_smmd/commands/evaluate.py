@@ -47,6 +47,9 @@ def build_parser() -> Parser:
     parser.add_argument("--out", required=True, type=Path, help="output folder")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the predictions.jsonl and metrics.json that --out already holds")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the evaluation interrupted or failed in --out (same arguments): keep its "
+                             "predictions.partial.jsonl and generate only the answers it lacks")
     parser.add_argument("--split", default="test", help="split to read (default %(default)s)")
     parser.add_argument("--limit", type=int, help="evaluate the first N samples of each dataset")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -82,10 +85,22 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--batch-size and --max-new-tokens must be >= 1")
     if args.max_image_pixels is not None and args.max_image_pixels < 0:
         parser.error("--max-image-pixels must be >= 0 (0: no limit)")
+    if args.resume and args.overwrite:
+        parser.error("--resume continues the evaluation in --out and --overwrite starts afresh: pass one")
     return args
 
 
 def output(args) -> Output:
+    from ..evaluation import PARTIAL, PARTIAL_RUN
+
+    partial = existing(args.out, (PARTIAL, PARTIAL_RUN))
+    if args.resume:  # continues the partial run (whose final write may have failed half way) or starts one
+        finished = [] if partial else existing(args.out, OUTPUTS)
+        return Output(args.out, finished, False, what="a finished evaluation",
+                      advice="nothing to resume; pass --overwrite to evaluate again, or choose another --out")
+    if partial:
+        return Output(args.out, partial, args.overwrite, what="an interrupted evaluation",
+                      advice="pass --resume to continue it, --overwrite to start afresh, or choose another --out")
     return Output(args.out, existing(args.out, OUTPUTS), args.overwrite,
                   advice="pass --overwrite to replace them, or choose another --out")
 
@@ -105,7 +120,7 @@ def run(args) -> int:
         max_new_tokens=args.max_new_tokens, system_prompt=system_prompt, instruction=instruction,
         min_pixels=args.min_pixels, max_pixels=args.max_pixels, on_error=args.on_error, device=args.device,
         dtype=args.dtype, train_data=args.train_data or training_data(args.model),
-        max_image_pixels=args.max_image_pixels, threads=threads.record())
+        max_image_pixels=args.max_image_pixels, threads=threads.record(), resume=args.resume)
     for name, options in metrics["run"]["reader_options"].items():
         print(f"{name}: read with the training run's reader_options {json.dumps(options, sort_keys=True)}")
     print(format_metrics_table(metrics))
