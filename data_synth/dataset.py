@@ -388,11 +388,35 @@ def build_dataset(out, plan, *, workers: int = 1, resume: bool = False, overwrit
     replaced only once the new one is complete). Returns `out`."""
     check_workers(workers)
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
+    check_replaceable(out, "generation.json", "a data-synth dataset", overwrite)
     tmp = out.parent / f".{out.name}.partial"
     build_partial(tmp, plan, workers=workers, resume=resume, progress=progress, desc=f"{plan.name} -> {out.name}")
     replace(tmp, out)
+    return out
+
+
+def check_replaceable(out, marker: str, what: str, overwrite: bool) -> Path:
+    """The output folder `out`, absolute, once it is safe to write: absent, or (with `overwrite`) a folder
+    this tool wrote, recognised by its `marker` file (`what` names that kind), or empty. A plain file, a
+    folder without the marker, or one holding the working directory is a FileExistsError whose one line
+    never advises --overwrite: that flag replaces only this tool's own output."""
+    out = Path(out).absolute()
+    here = Path.cwd().resolve()
+    real = out.resolve()
+    if real == here or real in here.parents:
+        raise FileExistsError(f"--out {out} is (or holds) the working directory; choose a new folder for --out")
+    if not out.exists() and not out.is_symlink():
+        return out
+    if out.is_symlink() or not out.is_dir():
+        raise FileExistsError(f"--out {out} exists and is not a folder; choose a new folder for --out")
+    if not any(out.iterdir()):
+        return out  # an empty folder holds nothing to lose
+    if not (out / marker).is_file():
+        raise FileExistsError(f"--out {out} exists and holds no {what} (no {marker}); "
+                              "choose a new or empty folder for --out")
+    if not overwrite:
+        raise FileExistsError(f"--out {out} already holds {what}; pass --overwrite to replace it, "
+                              "or choose another --out")
     return out
 
 
