@@ -183,6 +183,7 @@ def test_train_refuses_an_existing_model_and_replaces_it_with_overwrite(clocks, 
     out = tmp_path / "model"
     out.mkdir()
     (out / "config.json").write_text('{"earlier": true}')
+    (out / "run_config.json").write_text("{}")  # the mark of a run vlm-smmd train wrote
     (out / "notes.txt").write_text("mine")
     config = write_config(tmp_path / "run.yaml", clocks, out)
     before = digest(out)

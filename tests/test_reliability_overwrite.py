@@ -64,3 +64,25 @@ def test_cli_out_dot_is_refused_and_leaves_no_partial(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1 and "working directory" in proc.stderr
     assert "--overwrite" not in proc.stderr.replace("--out", "")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["NOTES.txt"]
+
+
+def test_train_overwrite_refuses_a_model_folder_it_did_not_write(tmp_path, capsys):
+    """A downloaded model's folder (config.json and weights, no run_config.json) is not a run to replace."""
+    from vlm_smmd.cli import main
+
+    out = tmp_path / "downloaded"
+    out.mkdir()
+    (out / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
+    (out / "model.safetensors").write_bytes(b"weights")
+    before = snapshot(out)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model_name_or_path: tiny\ndataset: clocks\ndata_root: {tmp_path / 'clocks'}\n"
+                      f"synthesize: none\noutput_dir: {out}\nuse_cpu: true\nmax_steps: 1\n")
+    for extra in ([], ["--overwrite"]):
+        assert main(["train", str(config), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "run_config.json" in err[0] and "--overwrite" not in err[0]
+        assert snapshot(out) == before
+    (tmp_path / "file").write_text("x")
+    assert main(["train", str(config), "--output_dir", str(tmp_path / "file")]) == 2
+    assert "not a folder" in capsys.readouterr().err

@@ -48,7 +48,14 @@ def parse(argv: list[str]) -> Args:
 
 
 def output(args: Args) -> Output:
+    if args.output_dir.exists() and not args.output_dir.is_dir():
+        raise UsageError(f"output_dir {args.output_dir} exists and is not a folder; choose a new output_dir")
     earlier = [] if args.resume else existing(args.output_dir, TRAINED_MODEL)
+    if earlier and "run_config.json" not in earlier:
+        # --overwrite replaces only a run this tool wrote (its run_config.json says so), never, say, a
+        # downloaded model's folder
+        raise UsageError(f"output_dir {args.output_dir} holds a model that vlm-smmd train did not write (no "
+                         f"run_config.json; {', '.join(earlier[:4])}); choose a new output_dir")
     return Output(args.output_dir, earlier, args.overwrite, flag="output_dir", what="a trained model",
                   advice="pass --overwrite to replace it, set resume_from_checkpoint to continue it, or choose "
                          "another output_dir")
