@@ -86,3 +86,22 @@ def test_train_overwrite_refuses_a_model_folder_it_did_not_write(tmp_path, capsy
     (tmp_path / "file").write_text("x")
     assert main(["train", str(config), "--output_dir", str(tmp_path / "file")]) == 2
     assert "not a folder" in capsys.readouterr().err
+
+
+def test_eval_overwrite_refuses_predictions_it_did_not_write(tmp_path, capsys):
+    """An lmms-eval log named predictions.jsonl, with no metrics.json of eval's own, is not replaced."""
+    from vlm_smmd.cli import main
+
+    out = tmp_path / "logs"
+    out.mkdir()
+    (out / "predictions.jsonl").write_text('{"doc_id": 0}\n')
+    (out / "metrics.json").write_text('{"accuracy": 0.5}\n')  # someone else's metrics
+    before = snapshot(out)
+    argv = ["eval", "--model", "tiny", "--data", f"clocks:{tmp_path}", "--out", str(out)]
+    for extra in ([], ["--overwrite"]):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "did not write" in err[0] and "--overwrite" not in err[0]
+        assert snapshot(out) == before
+    assert main([*argv[:-1], str(out / "predictions.jsonl"), "--overwrite"]) == 2
+    assert "not a folder" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from pathlib import Path
 from data_synth.args import Parser
 
 from ..data.tasks import TASKS, answer_tokens
-from . import Output, existing
+from . import Output, UsageError, existing
 
 OUTPUTS = ("predictions.jsonl", "metrics.json")
 
@@ -93,6 +93,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def output(args) -> Output:
     from ..evaluation import PARTIAL, PARTIAL_RUN
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} exists and is not a folder; choose a new --out")
+
     partial = existing(args.out, (PARTIAL, PARTIAL_RUN))
     if args.resume:  # continues the partial run (whose final write may have failed half way) or starts one
         finished = [] if partial else existing(args.out, OUTPUTS)
@@ -101,8 +104,22 @@ def output(args) -> Output:
     if partial:
         return Output(args.out, partial, args.overwrite, what="an interrupted evaluation",
                       advice="pass --resume to continue it, --overwrite to start afresh, or choose another --out")
-    return Output(args.out, existing(args.out, OUTPUTS), args.overwrite,
+    finished = existing(args.out, OUTPUTS)
+    if finished and not _written_by_eval(Path(args.out)):
+        raise UsageError(f"--out {args.out} holds {', '.join(finished)} that vlm-smmd eval did not write (no "
+                         "metrics.json of its own); choose a new --out")
+    return Output(args.out, finished, args.overwrite,
                   advice="pass --overwrite to replace them, or choose another --out")
+
+
+def _written_by_eval(out: Path) -> bool:
+    """Whether `out`/metrics.json is an evaluation's own (a JSON object with its "sources"): the mark
+    that --overwrite may replace the folder's predictions and metrics."""
+    try:
+        metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(metrics, dict) and isinstance(metrics.get("sources"), dict)
 
 
 def run(args) -> int:
