@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from ..numeric import NumericVocab
-from .objective import NumericObjective, answer_positions
+from .objective import IGNORE_INDEX, NumericObjective, answer_positions
 
 NUMERIC_VOCABS = ("all", "canonical")
 ANSWER_INDEX = "numeric_answer_index"  # the batch key the mixin keeps its host-side answer positions under
@@ -84,6 +84,14 @@ class NumericLossFunction:
         if logits.dim() != 3 or labels.shape != logits.shape[:2]:
             raise ValueError(f"need logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} and "
                              f"{tuple(labels.shape)}")
+        if labels.dtype != torch.int64:
+            raise ValueError(f"labels must be int64 token ids with -100 outside the answer; got {labels.dtype}")
+        if bool(((labels < 0) & (labels != IGNORE_INDEX)).any()):
+            raise ValueError(f"labels must be token ids >= 0 with -100 outside the answer; got padding "
+                             f"{int(labels[(labels < 0) & (labels != IGNORE_INDEX)][0])}")
+        if num_items_in_batch is not None and float(num_items_in_batch) < 0:
+            raise ValueError(f"num_items_in_batch counts the answer tokens of the optimizer step (>= 0); "
+                             f"got {float(num_items_in_batch):g}")
         batch_idx, pos_idx, targets = answer_positions(labels.to(logits.device))
         denominator = len(targets) if num_items_in_batch is None else num_items_in_batch
         return self.objective(logits[batch_idx, pos_idx], targets, ce_denominator=denominator,

@@ -138,8 +138,11 @@ class NumericObjective(nn.Module):
                     raise ValueError(f"aux {self.aux_name!r} scores whole numbers: pass batch_idx and pos_idx (from "
                                      "answer_positions(labels)) to NumericObjective.forward")
                 numbers = self.vocab.number_layout(targets, batch_idx, pos_idx)
-            per_position = self.aux_loss.per_position(logits32.index_select(1, ids), match.int().argmax(1),
-                                                      numbers)  # [M]
+            # the rows left out of the aux see zeros instead of their logits: -inf digit logits there (a
+            # masked vocabulary) would make the aux's backward NaN, which masking its output does not undo
+            numeric_logits = logits32.index_select(1, ids)  # [M, N]
+            numeric_logits = torch.where(numeric[:, None], numeric_logits, torch.zeros_like(numeric_logits))
+            per_position = self.aux_loss.per_position(numeric_logits, match.int().argmax(1), numbers)  # [M]
             aux_sum = torch.where(numeric, per_position, torch.zeros_like(per_position)).sum()
             n_numeric = numeric.sum()
 
