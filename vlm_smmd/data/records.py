@@ -188,15 +188,24 @@ def iter_json_array(path, key: str | None = None, *, chunk_bytes: int | None = N
                 if s.expect(",}", "',' or '}'") == "}":
                     raise DataError(f"{path}: no {key!r} array at the top level")
         if s.peek() == "]":
-            return
-        for n in itertools.count():
-            try:
-                start, end, value = s.value()
-            except DataError as e:
-                raise DataError(f"{e} (array element #{n})") from None
-            yield s.byte_at(start), s.byte_at(end), value
-            if s.expect(",]", f"',' or ']' after array element #{n}") == "]":
-                return
+            s.pos += 1
+        else:
+            for n in itertools.count():
+                try:
+                    start, end, value = s.value()
+                except DataError as e:
+                    raise DataError(f"{e} (array element #{n})") from None
+                yield s.byte_at(start), s.byte_at(end), value
+                if s.expect(",]", f"',' or ']' after array element #{n}") == "]":
+                    break
+        if key is not None:  # the top-level object's other keys, then its '}'
+            while s.expect(",}", "',' or '}'") == ",":
+                s.value()
+                s.expect(":", "':'")
+                s.value()
+        if s.peek():  # `cat a.json b.json`: json.loads refuses it, and so do we (its records are not dropped)
+            raise DataError(f"{path}: invalid JSON: content after the top-level value at byte {s.byte_of(s.pos)}, "
+                            f"found {s.peek()!r}")
 
 
 # ---------------------------------------------------------------------------- records backed by a file

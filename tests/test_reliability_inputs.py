@@ -1,0 +1,41 @@
+"""A JSON records file with content after its top-level value (two arrays concatenated, an array and
+then an object or text) is refused with one line naming the file and the byte, under raise and skip
+alike: json.loads refuses such a file, and its later records must not vanish."""
+import json
+
+import pytest
+
+from tests.conftest import make_image
+from vlm_smmd.data import DataError, read_chartqa
+from vlm_smmd.data.records import iter_json_array
+
+
+@pytest.mark.parametrize("tail", ['[{"a": 2}, {"a": 3}]', '{"a": 2}', "notes", "]"])
+def test_content_after_the_top_level_array_is_refused(tmp_path, tail):
+    path = tmp_path / "r.json"
+    head = '[{"a": 1}]'
+    path.write_text(f"{head}\n{tail}\n")
+    with pytest.raises(DataError, match=rf"r\.json: .*after the top-level value at byte {len(head) + 1}\b"):
+        list(iter_json_array(path))
+
+
+def test_content_after_the_top_level_object_is_refused_and_a_clean_file_reads(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text('{"x": [1, 2], "meta": {"k": [3]}}  \n')
+    assert [v for _, _, v in iter_json_array(path, "x")] == [1, 2]  # later keys and whitespace are fine
+    path.write_text('{"x": [1, 2], "meta": 0} {"x": [3]}')
+    with pytest.raises(DataError, match="after the top-level value at byte 25"):
+        list(iter_json_array(path, "x"))
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_chartqa_concatenated_arrays_are_an_error_not_one_record(tmp_path, on_error):
+    d = tmp_path / "test"
+    (d / "png").mkdir(parents=True)
+    make_image(seed=1).save(d / "png" / "a.png")
+    record = {"imgname": "a.png", "query": "What is the value?", "label": "5"}
+    (d / "test_human.json").write_text(json.dumps([record]) + json.dumps([record, record]))
+    (d / "test_augmented.json").write_text("[]")
+    with pytest.raises(DataError, match=r"test_human\.json: .*after the top-level value at byte"):
+        ds = read_chartqa(tmp_path, "test", on_error=on_error)
+        list(ds)
