@@ -39,3 +39,23 @@ def test_chartqa_concatenated_arrays_are_an_error_not_one_record(tmp_path, on_er
     with pytest.raises(DataError, match=r"test_human\.json: .*after the top-level value at byte"):
         ds = read_chartqa(tmp_path, "test", on_error=on_error)
         list(ds)
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296", "99999999999999999999", "1.5"])
+def test_train_seed_out_of_range_is_one_line_before_any_work(tmp_path, capsys, seed):
+    from vlm_smmd.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model_name_or_path: tiny\ndataset: clocks\ndata_root: {tmp_path / 'clocks'}\n"
+                      f"synthesize: none\noutput_dir: {tmp_path / 'out'}\nuse_cpu: true\n")
+    assert main(["train", str(config), "--seed", seed]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "seed must be an integer in 0..4294967295" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_seed_bounds_are_accepted():
+    from vlm_smmd.config import check_seeds
+
+    check_seeds({"seed": 0, "data_seed": "4294967295"})
+    check_seeds({"seed": None})

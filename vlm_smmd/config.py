@@ -388,13 +388,32 @@ def check_config(path: str | Path | None, overrides: dict | None = None):
     """(ModelArguments, DataArguments, LossArguments, {TrainingArguments key: value as given}) from YAML +
     overrides, every key checked, without importing transformers; those values are checked by `load_config`."""
     own, values = _check(path, overrides or {})
+    check_seeds(values)
     return (*own, values)
+
+
+SEED_MAX = 2**32 - 1  # numpy's seed range, which the Trainer's set_seed uses
+
+
+def check_seeds(values: dict) -> None:
+    """`seed` and `data_seed` among the TrainingArguments values, when given, are integers in 0..2**32-1."""
+    for key in ("seed", "data_seed"):
+        value = values.get(key)
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+            continue
+        try:
+            number = int(str(value).strip()) if not isinstance(value, bool) else None
+        except ValueError:
+            number = None
+        if number is None or not 0 <= number <= SEED_MAX:
+            raise ConfigError(f"{key} must be an integer in 0..{SEED_MAX}; got {value!r}")
 
 
 def load_config(path: str | Path | None, overrides: dict | None = None):
     """(ModelArguments, DataArguments, LossArguments, VLMTrainingArguments) from YAML + overrides."""
     overrides = overrides or {}
     own, values = _check(path, overrides)
+    check_seeds(values)
     from transformers import HfArgumentParser
 
     cls = _vlm_training_arguments()
