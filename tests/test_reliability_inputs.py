@@ -59,3 +59,15 @@ def test_seed_bounds_are_accepted():
 
     check_seeds({"seed": 0, "data_seed": "4294967295"})
     check_seeds({"seed": None})
+
+
+@pytest.mark.parametrize("argv", [["vlm-smmd"], ["vlm-smmd", "train"], ["data-synth"]])
+def test_a_command_without_arguments_prints_the_help_and_exits_2(capsys, argv):
+    from data_synth.cli import main as synth_main
+    from vlm_smmd.cli import main
+
+    entry = synth_main if argv[0] == "data-synth" else main
+    assert entry(argv[1:]) == 2
+    assert "usage" in capsys.readouterr().err.lower()
+    assert entry([*argv[1:], "--help"]) == 0  # asking for the help is no error
+    assert "usage" in capsys.readouterr().out.lower()

@@ -135,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # the `deepspeed` launcher passes --local_rank=N first; the rank is also in the LOCAL_RANK env var
     argv = [a for a in argv if not a.startswith("--local_rank")]
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:  # no command: the help, then the usage-error status
+        print(usage(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         print(usage())
         return 0
     name, rest = argv[0], argv[1:]

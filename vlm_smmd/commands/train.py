@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,10 @@ class Args:
 
 
 def parse(argv: list[str]) -> Args:
-    if not argv or "-h" in argv or "--help" in argv:
+    if not argv:  # no config: the help, then the usage-error status
+        print(train_help(), file=sys.stderr)
+        raise SystemExit(2)
+    if "-h" in argv or "--help" in argv:
         print(train_help())
         raise SystemExit(0)
     try:
