@@ -1,4 +1,4 @@
-"""SIGTERM as Ctrl-C, for both commands (`data-synth`, `vlm-smmd`): a stopped run cleans up the same way
+"""SIGTERM and SIGHUP as Ctrl-C, for both commands (`data-synth`, `vlm-smmd`): a stopped run cleans up the same way
 whichever signal stopped it, and exits 128 + the signal's number. Standard library only (imported before
 anything heavy, so `--help` stays fast)."""
 
@@ -10,28 +10,41 @@ from contextlib import contextmanager
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main process so that a run ends the way Ctrl-C ends it."""
+    """SIGTERM (or SIGHUP: a closed terminal), raised in the main process so that a run ends the way
+    Ctrl-C ends it; `signum` says which."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__()
+        self.signum = signum
+
+
+# the signals that end a run like Ctrl-C; SIGHUP only where the platform has it and nohup did not ignore it
+_ENDING = (signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 
 
 @contextmanager
 def sigterm_as_interrupt():
-    """While inside, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread, so worker pools
-    are shut down and partial output is closed cleanly; a second SIGTERM during that clean-up is ignored."""
+    """While inside, SIGTERM or SIGHUP raises `Terminated` (a KeyboardInterrupt) in the main thread, so worker
+    pools are shut down and partial output is closed cleanly; a second one during that clean-up is ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated()
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.getsignal(sig) for sig in _ENDING if signal.getsignal(sig) is not signal.SIG_IGN}
+    for sig in previous:
+        signal.signal(sig, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def interrupt_status(error: KeyboardInterrupt) -> int:
-    """Exit status of a command stopped by a signal: 128 + SIGTERM (143) or 128 + SIGINT (130)."""
-    return 128 + (signal.SIGTERM if isinstance(error, Terminated) else signal.SIGINT)
+    """Exit status of a command stopped by a signal: 128 + its number (SIGTERM 143, SIGHUP 129, SIGINT 130)."""
+    return 128 + (error.signum if isinstance(error, Terminated) else signal.SIGINT)

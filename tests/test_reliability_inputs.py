@@ -71,3 +71,18 @@ def test_a_command_without_arguments_prints_the_help_and_exits_2(capsys, argv):
     assert "usage" in capsys.readouterr().err.lower()
     assert entry([*argv[1:], "--help"]) == 0  # asking for the help is no error
     assert "usage" in capsys.readouterr().out.lower()
+
+
+def test_sighup_ends_data_synth_like_sigterm(tmp_path):
+    """A closed terminal (SIGHUP) stops the writer with its one line and exit 128 + 1, the partial dataset
+    kept for --resume, as SIGTERM does."""
+    import signal
+
+    from tests.data_synth.signals import logged_lines, terminate_when
+
+    args = ["arithmetic", "--num", "100000", "--seed", "8", "--out", "ds", "--no-progress"]
+    status, err = terminate_when(args, tmp_path, lambda: logged_lines(tmp_path / ".ds.partial" / "progress.jsonl") > 0,
+                                 signum=signal.SIGHUP)
+    assert status == 129 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and "rerun with --resume" in err
+    assert (tmp_path / ".ds.partial").is_dir() and not (tmp_path / "ds").exists()
