@@ -86,3 +86,21 @@ def test_sighup_ends_data_synth_like_sigterm(tmp_path):
     assert status == 129 and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1 and "rerun with --resume" in err
     assert (tmp_path / ".ds.partial").is_dir() and not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("text, match", [
+    (b"aux: smmd\nseed: 0\naux: none\n", r"run\.yaml: line 3: key 'aux' is given twice \(first on line 1\)"),
+    (b"dataset: clocks\nnote: caf\xe9\n", r"run\.yaml: line 2: not UTF-8 \(byte 0xe9"),
+    (b"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+     b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+     b"e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n", r"run\.yaml: line \d+: aliases expand past 100000"),
+])
+def test_config_duplicate_key_non_utf8_and_alias_bomb_are_one_line(tmp_path, capsys, text, match):
+    from vlm_smmd.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_bytes(text)
+    assert main(["train", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    assert __import__("re").search(match, err[0]), err[0]

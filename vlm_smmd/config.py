@@ -313,17 +313,62 @@ def uses_deepspeed(path, overrides: dict) -> bool:
         value = overrides["deepspeed"]
         return bool(value) and str(value).strip().lower() not in _NONE
     try:
-        values = yaml.safe_load(Path(path).read_text()) if path is not None else {}
-    except (OSError, yaml.YAMLError):
+        values = _safe_yaml(_config_text(Path(path)), path) if path is not None else {}
+    except (OSError, yaml.YAMLError, ConfigError):
         return False  # load_config reports the problem
     return isinstance(values, dict) and bool(values.get("deepspeed"))
+
+
+MAX_YAML_NODES = 100_000  # a config is small; more (after alias expansion) is an alias bomb
+
+
+def _config_text(path: Path) -> str:
+    """The config's text; bytes that are not UTF-8 are a ConfigError naming the line and byte."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: line {line}: not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start}); "
+                          "save the config as UTF-8") from None
+
+
+def _safe_yaml(text: str, path) -> object:
+    """yaml.safe_load, refusing a key given twice in one mapping and alias expansion past MAX_YAML_NODES,
+    each as a ConfigError naming the file and line."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        count, todo = 0, [node]
+        while todo:
+            item = todo.pop()
+            count += 1
+            if count > MAX_YAML_NODES:
+                raise ConfigError(f"{path}: line {item.start_mark.line + 1}: aliases expand past {MAX_YAML_NODES} "
+                                  "values; write the config out without such anchors")
+            if isinstance(item, yaml.MappingNode):
+                seen = {}
+                for key, value in item.value:
+                    if isinstance(key, yaml.ScalarNode):
+                        if key.value in seen:
+                            raise ConfigError(f"{path}: line {key.start_mark.line + 1}: key {key.value!r} is given "
+                                              f"twice (first on line {seen[key.value]}); keep one")
+                        seen[key.value] = key.start_mark.line + 1
+                    todo += (key, value)
+            elif isinstance(item, yaml.SequenceNode):
+                todo += item.value
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        values = yaml.safe_load(path.read_text()) or {}
+        values = _safe_yaml(_config_text(path), path) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(values, dict):
