@@ -412,7 +412,7 @@ def check_replaceable(out, marker: str, what: str, overwrite: bool) -> Path:
     if not any(out.iterdir()):
         return out  # an empty folder holds nothing to lose
     if not (out / marker).is_file():
-        raise FileExistsError(f"--out {out} exists and holds no {what} (no {marker}); "
+        raise FileExistsError(f"--out {out} exists and is not {what} (no {marker}); "
                               "choose a new or empty folder for --out")
     if not overwrite:
         raise FileExistsError(f"--out {out} already holds {what}; pass --overwrite to replace it, "
