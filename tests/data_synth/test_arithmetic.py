@@ -198,7 +198,7 @@ def test_cli(tmp_path, capsys):
                  operations=("add", "div"))
     assert seen["ops"] == {"add", "div"}
     assert main(["--num", "50", "--seed", "2", "--out", str(out), "--no-progress"]) == 2
-    assert "exists" in capsys.readouterr().err
+    assert "already holds a data-synth dataset" in capsys.readouterr().err
     assert main(["--num", "5", "--out", str(tmp_path / "bad"), "--operations", "mod", "--no-progress"]) == 2
     assert "operations" in capsys.readouterr().err
     with pytest.raises(SystemExit):

@@ -263,7 +263,7 @@ def test_existing_output_needs_overwrite(tmp_path, capsys):
         write_grounding_dataset(out, 10, seed=1, width=56, height=56, **QUIET)
     assert main(["--num", "10", "--out", str(out), "--width", "56", "--height", "56", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("data-synth grounding: ") and "exists" in err
+    assert len(err.splitlines()) == 1 and err.startswith("data-synth grounding: ") and "already holds a data-synth dataset" in err
     assert tree(out) == before
     write_grounding_dataset(out, 12, seed=1, width=56, height=56, overwrite=True, **QUIET)
     assert len(rows(out, "train")) + len(rows(out, "test")) == 12

@@ -239,7 +239,7 @@ def test_cli(tmp_path, monkeypatch, capsys):
             check_record(rec, split)
             assert rec["distractors"] == []
     assert main(["--num", "200", "--out", "ds", "--no-progress"]) == 2
-    assert "exists" in capsys.readouterr().err
+    assert "already holds a data-synth dataset" in capsys.readouterr().err
     for argv, message in ((["--unseen-fraction", "1.5"], "unseen_fraction must be a number in [0, 1)"),
                           (["--distractor-rate", "nan"], "distractor_rate must be a number in [0, 1]"),
                           (["--operations", "add,mod"], "operations must be distinct names from add, sub, mul, div")):
