@@ -12,7 +12,8 @@ one; the analysis draws a few for grounding) and scores:
 - every source: exact_match (`metrics.exact_match`, case-insensitive, max over targets);
 - chartqa, plotqa, dvqa: relaxed_accuracy (ChartQA convention, max over targets);
 - clocks (against the first target, on the 12-hour dial): time_exact, hour_correct, minute_correct,
-  time_gap_minutes (None when the prediction holds no time) and within_5_min;
+  time_gap_minutes (None when the prediction holds no time), within_1_min (It's About Time's top_1: ±1
+  minute on the dial, circular), minute_within_1 (its top_1_min: the minute alone, wrapping) and within_5_min;
 - the text tasks (gsm8k, svamp, deepmind_math, arithmetic, word_problems; metric "final_number" in the task registry): the prediction is the final number of the
   generation (`metrics.extract_final_number`: after "####", else after "The answer is", else the last
   number) and the target the sample's exact final number (`meta["final_answer"]`, also when the model
@@ -45,6 +46,7 @@ from vlm_smmd.metrics import (
     clock_exact,
     clock_hour_correct,
     clock_minute_correct,
+    clock_minute_within,
     clock_time_gap,
     exact_match,
     extract_final_number,
@@ -153,6 +155,8 @@ def score_prediction(prediction: str, targets: Sequence[str], source: str, meta:
             hour_correct=float(clock_hour_correct(prediction, target)),
             minute_correct=float(clock_minute_correct(prediction, target)),
             time_gap_minutes=gap,
+            within_1_min=float(gap is not None and gap <= 1),
+            minute_within_1=float(clock_minute_within(prediction, target)),
             within_5_min=float(gap is not None and gap <= WITHIN_MINUTES),
         )
     elif source in GROUNDING_SOURCES:
@@ -507,7 +511,7 @@ def write_outputs(records: Sequence[Mapping], metrics: Mapping, out_dir) -> tupl
 
 
 TABLE_COLUMNS = (("exact", "exact_match"), ("relaxed", "relaxed_accuracy"), ("time exact", "time_exact"),
-                 (f"<={WITHIN_MINUTES} min", "within_5_min"), ("mean gap", "mean_time_gap_minutes"),
+                 ("<=1 min", "within_1_min"), (f"<={WITHIN_MINUTES} min", "within_5_min"), ("mean gap", "mean_time_gap_minutes"),
                  ("num exact", "number_exact"), ("rel 0.1%", "within_0.001"), ("rel 1%", "within_0.01"),
                  ("rel 5%", "within_0.05"), ("IoU", "iou"), ("IoU>=0.5", "iou_at_0.5"),
                  ("corner px", "mean_corner_error_px"), ("in box", "point_in_box"),

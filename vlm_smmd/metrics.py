@@ -310,6 +310,23 @@ def clock_minute_correct(prediction: str, target: str) -> bool:
     return p is not None and p.minute == t.minute
 
 
+def clock_within_minutes(prediction: str, target: str, minutes: float = 1.0) -> bool:
+    """Within `minutes` of the target on the 12-hour dial, circular (It's About Time's top_1 at 1:
+    11:59 vs 12:00 counts); False when the prediction holds no time."""
+    gap = clock_time_gap(prediction, target)
+    return gap is not None and gap <= minutes
+
+
+def clock_minute_within(prediction: str, target: str, minutes: int = 1) -> bool:
+    """Minute hand alone within `minutes`, wrapping at the hour (It's About Time's top_1_min at 1: 59 vs 0
+    counts); False when the prediction holds no time."""
+    t, p = _target_time(target), parse_time(prediction)
+    if p is None:
+        return False
+    d = abs(p.minute - t.minute) % 60
+    return min(d, 60 - d) <= minutes
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Grounding: points and boxes
 

@@ -26,7 +26,7 @@ from .variants import BASELINE, Variant
 
 # figures plotted per group, in this order of preference (the first four the runs have)
 PANEL_KEYS = ("exact_match", "mae", "within_2", "relaxed_accuracy", "hour_correct", "mean_time_gap_min",
-              "minute_correct", "within_5_min", "value_exact", "within_rel_0.01", "point_in_box", "centre_error",
+              "minute_correct", "within_1_min", "within_5_min", "value_exact", "within_rel_0.01", "point_in_box", "centre_error",
               "iou", "iou_at_0.5")
 ALPHA = 0.05
 
