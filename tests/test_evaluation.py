@@ -59,7 +59,7 @@ def test_extract_answer(text, source, expected):
 def test_score_prediction():
     s = score_prediction("12:03", ["11:58"], "clocks")
     assert s == {"exact_match": 0.0, "time_exact": 0.0, "hour_correct": 0.0, "minute_correct": 0.0,
-                 "time_gap_minutes": 5.0, "within_5_min": 1.0}
+                 "time_gap_minutes": 5.0, "within_1_min": 0.0, "minute_within_1": 0.0, "within_5_min": 1.0}
     s = score_prediction("3:07 pm", ["3:07"], "clocks")
     assert (s["time_exact"], s["hour_correct"], s["minute_correct"], s["time_gap_minutes"]) == (1.0, 1.0, 1.0, 0.0)
     assert s["exact_match"] == 0.0  # the string differs; the reading does not
@@ -235,7 +235,7 @@ def test_batched_generation_matches_each_sample_alone(tiny_model_and_processor):
         ("chartqa", "test", samples[1].question, "12", ["12", "12.0"])
     assert r["meta"]["subset"] == "human" and set(r["scores"]) == {"exact_match", "relaxed_accuracy"}
     assert set(batched[0]["scores"]) == {"exact_match", "time_exact", "hour_correct", "minute_correct",
-                                         "time_gap_minutes", "within_5_min"}
+                                         "time_gap_minutes", "within_1_min", "minute_within_1", "within_5_min"}
     assert batched[2]["split"] is None and batched[2]["targets"] == ["three"]
 
 
