@@ -22,7 +22,7 @@ COMMANDS = {
     "arithmetic": ("data_synth.arithmetic", "main", "arithmetic problems with exact answers (JSONL per split)"),
     "word-problems": ("data_synth.word_problems", "main", "templated math word problems (JSONL per split)"),
     "grounding": ("data_synth.grounding", "main", "shapes with point / box questions (HF imagefolder per split)"),
-    "gallery": ("data_synth.clocks", "gallery_main", "a labelled grid of varied clocks as one PNG"),
+    "gallery": ("data_synth.clock_gallery", "gallery_main", "a labelled grid of varied clocks as one PNG"),
 }
 
 

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from data_synth.clock_gallery import gallery_main
 from data_synth.clocks import (
     STYLE_FIELDS,
     ClockStyle,
     font_names,
-    gallery_main,
     plain_style,
     random_style,
     render_clock,
