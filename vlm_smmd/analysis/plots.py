@@ -180,19 +180,31 @@ def write_plots(analyses: Mapping[str, dict], out: Path) -> dict[str, str]:
         timed = [r for r in runs if clock[r]["gaps"]]
         if timed:
             fig, ax = new_figure()
-            edges = list(range(0, int(WORST_GAP) + GAP_BIN, GAP_BIN))
+            # 1-minute bins up to 10 minutes, where the near misses a value kernel is about fall, then GAP_BIN;
+            # heights are per minute of gap, so bins of either width (and the GAP_BIN chance steps) compare
+            edges = [*range(0, GAP_BIN), *range(GAP_BIN, int(WORST_GAP) + GAP_BIN, GAP_BIN)]
+            widths = [b - a for a, b in zip(edges, edges[1:])]
             for r in timed:
-                ax.hist(clock[r]["gaps"], bins=edges, histtype="step", linewidth=1.5, label=r,
-                        weights=[1 / clock[r]["records"]] * len(clock[r]["gaps"]), color=series_color(runs.index(r), len(runs)))
+                counts = [0] * len(widths)
+                for gap in clock[r]["gaps"]:
+                    counts[min(_bin_of(edges, gap), len(widths) - 1)] += 1
+                ax.stairs([c / clock[r]["records"] / w for c, w in zip(counts, widths)], edges, linewidth=1.5,
+                          label=r, color=series_color(runs.index(r), len(runs)))
             drawn = []
+            coarse = list(range(0, int(WORST_GAP) + GAP_BIN, GAP_BIN))
             for r in timed:
                 fractions = clock[r]["chance"].get("gap_bin_fractions")
                 if fractions and fractions not in drawn:
-                    ax.stairs(fractions, edges, color="black", linestyle="--", label=None if drawn else "chance")
+                    ax.stairs([f / GAP_BIN for f in fractions], coarse, color="black", linestyle="--",
+                              label=None if drawn else f"chance ({GAP_BIN}-minute bins)")
                     drawn.append(fractions)
+            ax.set_yscale("log")
+            ax.set_xscale("symlog", linthresh=GAP_BIN, linscale=1.5)  # 0-10 minutes linear, wide; then log
+            ax.set_xlim(0, WORST_GAP)
             ax.set_xlabel("time gap on the 12-hour dial (minutes)")
-            ax.set_ylabel("fraction of clock answers")
-            ax.set_title(f"Clock time gap ({GAP_BIN}-minute bins; answers holding no time not shown)")
+            ax.set_ylabel("fraction of clock answers per minute of gap")
+            ax.set_title(f"Clock time gap (1-minute bins to {GAP_BIN} min, then {GAP_BIN}; answers holding no time "
+                         "not shown)", fontsize=10)
             place_legend(ax, len(timed))
             save_figure(fig, out / "clock_gap_hist.png")
             files["clock_gap_hist"] = "clock_gap_hist.png"
@@ -304,12 +316,25 @@ def grounding_examples(examples: Mapping[str, Sequence[Mapping]], path: Path) ->
     return True
 
 
+def _bin_of(edges: Sequence[float], value: float) -> int:
+    """Index of the bin [edges[i], edges[i + 1]) holding `value` (the last bin for values past the edges)."""
+    return max(0, sum(1 for e in edges[1:] if value >= e))
+
+
 def training_curve(history: Sequence[Mapping], chance: Mapping[str, float | None], title: str, path: Path) -> bool:
-    """Plot a trainer log history, one panel per kind of series; False (nothing written) without data."""
-    panels = curve_series(history)
+    """Plot a trainer log history, one panel per kind of series with two or more points (a series logged
+    once is written under the figure, not drawn as a lone dot); False (nothing written) without a line."""
+    panels, once = {}, []
+    for panel, series in curve_series(history).items():
+        # a line needs two points: a series logged once (a run evaluated once) is said under the figure
+        drawn = {key: points for key, points in series.items() if len(points) >= 2}
+        once += [f"{key} {points[0][1]:.4g} at step {points[0][0]:g}" for key, points in series.items()
+                 if len(points) == 1]
+        if drawn:
+            panels[panel] = drawn
     if not panels:
         return False
-    fig, axes = new_figure(5.0 * len(panels), 3.8, ncols=len(panels))
+    fig, axes = new_figure(5.0 * len(panels), 3.8 + 0.3 * bool(once), ncols=len(panels))
     axes = axes if isinstance(axes, list) else [axes]
     for ax, (panel, series) in zip(axes, panels.items()):
         for key, points in series.items():
@@ -324,6 +349,8 @@ def training_curve(history: Sequence[Mapping], chance: Mapping[str, float | None
         ax.set_title(panel)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
+    if once:
+        fig.text(0.5, 0.01, "logged once: " + ", ".join(once), ha="center", fontsize=8, wrap=True)
     fig.suptitle(title)
     save_figure(fig, path)
     return True
