@@ -104,9 +104,10 @@ def test_an_unwritable_out_is_refused_before_the_model_loads(tmp_path, data, cap
     monkeypatch.setattr(vlm_smmd.modeling, "load_model_and_processor", no_load)
     plain = tmp_path / "plain"
     plain.write_text("notes\n")
-    assert main(["eval", *EVAL, "--data", f"clocks:{data}", "--out", str(plain)]) == 1
+    out = plain / "eval"  # a folder that cannot be made (root writes through file modes, so no chmod here)
+    assert main(["eval", *EVAL, "--data", f"clocks:{data}", "--out", str(out)]) == 1
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and f"--out {plain} is a file" in err
+    assert len(err.strip().splitlines()) == 1 and f"--out {out} is not writable" in err
     assert plain.read_text() == "notes\n"
 
 
