@@ -683,10 +683,16 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
                 skipped[s.name] = {"read": None if read_skips is None else int(read_skips), "generate": log.total,
                                    "reasons": {**(read_log.counts if read_log is not None else {}), **log.counts}}
         except KeyboardInterrupt:
+            if _drop_empty_partial(out):
+                raise
             print(f"the predictions generated so far are kept in {partial}; rerun the same eval with --resume "
                   "to continue", file=sys.stderr)
             raise
+        except BaseException:
+            _drop_empty_partial(out)
+            raise
     if not records:
+        _drop_empty_partial(out)
         raise ValueError("every sample was skipped; nothing to score")
     metrics = summarize(records)
     metrics["skipped"] = skipped
@@ -700,6 +706,20 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     partial.unlink()
     (out / PARTIAL_RUN).unlink()
     return metrics
+
+
+def _drop_empty_partial(out: Path) -> bool:
+    """Remove the partial files of a run that stopped before its first prediction (nothing to resume, and a
+    leftover would make the next eval into `out` ask for --resume); True when they were removed."""
+    partial = out / PARTIAL
+    try:
+        if partial.stat().st_size:
+            return False
+    except FileNotFoundError:
+        pass
+    partial.unlink(missing_ok=True)
+    (out / PARTIAL_RUN).unlink(missing_ok=True)
+    return True
 
 
 def _refuse_nonfinite(model, name) -> None:
