@@ -146,7 +146,8 @@ def test_write_results_aggregates_seeds_and_reports_failures(tmp_path):
     gap_chance = sum(clock_time_gap(p, t) for p, t in pairs) / len(pairs)
     assert float(rows["none", "mean_time_gap_min"]["chance"]) == pytest.approx(gap_chance)
     assert float(rows["none", "hour_correct"]["chance"]) == 0.0  # four different hours
-    assert f"| *chance* |  | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | {gap_chance:.2f} |" in md
+    # every rate column is 0 by chance with four different times (within_1_min among them)
+    assert f"| *chance* |  | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | 0.000 | {gap_chance:.2f} |" in md
     # paired with none by seed: smmd - none = +0.25 on both seeds (a zero-width t-interval; two pairs can
     # never reach p < 0.05 by sign-flip: 2/4); smmd-random only has seed 0
     paired = {(r["comparison"], r["figure"]): r for r in read_csv(paths["paired_csv"])}
