@@ -423,6 +423,7 @@ def _check(path, overrides: dict):
         own.append(cls(**{key: _coerce(key, values.pop(key), types[key], from_cli=key in overrides,
                                        none_keys=none_keys) for key in list(values) if key in names}))
     validate(*own)
+    check_seeds(values)
     return tuple(own), values
 
 
@@ -433,7 +434,6 @@ def check_config(path: str | Path | None, overrides: dict | None = None):
     """(ModelArguments, DataArguments, LossArguments, {TrainingArguments key: value as given}) from YAML +
     overrides, every key checked, without importing transformers; those values are checked by `load_config`."""
     own, values = _check(path, overrides or {})
-    check_seeds(values)
     return (*own, values)
 
 
@@ -458,7 +458,6 @@ def load_config(path: str | Path | None, overrides: dict | None = None):
     """(ModelArguments, DataArguments, LossArguments, VLMTrainingArguments) from YAML + overrides."""
     overrides = overrides or {}
     own, values = _check(path, overrides)
-    check_seeds(values)
     from transformers import HfArgumentParser
 
     cls = _vlm_training_arguments()

@@ -48,6 +48,7 @@ from vlm_smmd.metrics import (
     clock_minute_correct,
     clock_minute_within,
     clock_time_gap,
+    clock_within_minutes,
     exact_match,
     extract_final_number,
     final_number_match,
@@ -155,7 +156,7 @@ def score_prediction(prediction: str, targets: Sequence[str], source: str, meta:
             hour_correct=float(clock_hour_correct(prediction, target)),
             minute_correct=float(clock_minute_correct(prediction, target)),
             time_gap_minutes=gap,
-            within_1_min=float(gap is not None and gap <= 1),
+            within_1_min=float(clock_within_minutes(prediction, target)),  # the scorer checked at 720 x 720
             minute_within_1=float(clock_minute_within(prediction, target)),
             within_5_min=float(gap is not None and gap <= WITHIN_MINUTES),
         )

@@ -86,9 +86,10 @@ class NumericLossFunction:
                              f"{tuple(labels.shape)}")
         if labels.dtype != torch.int64:
             raise ValueError(f"labels must be int64 token ids with -100 outside the answer; got {labels.dtype}")
-        if bool(((labels < 0) & (labels != IGNORE_INDEX)).any()):
+        padding = (labels < 0) & (labels != IGNORE_INDEX)
+        if bool(padding.any()):
             raise ValueError(f"labels must be token ids >= 0 with -100 outside the answer; got padding "
-                             f"{int(labels[(labels < 0) & (labels != IGNORE_INDEX)][0])}")
+                             f"{int(labels[padding][0])}")
         if num_items_in_batch is not None and float(num_items_in_batch) < 0:
             raise ValueError(f"num_items_in_batch counts the answer tokens of the optimizer step (>= 0); "
                              f"got {float(num_items_in_batch):g}")
