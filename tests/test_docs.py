@@ -168,3 +168,25 @@ def test_every_command_in_the_manual_exists_with_its_flags(gen):
                 problems.append(f"{where}: no flag or config key {flag}")
     assert seen > 30, seen  # the pages were really read
     assert not problems, "\n".join(problems)
+
+
+def lists_glued_to_a_paragraph(text: str) -> list[int]:
+    """Line numbers of list items that directly follow paragraph text: Python-Markdown (mkdocs) renders
+    those as part of the paragraph ("...says: - SMMD beats CE ..."), GitHub as a list."""
+    lines, found, fence = text.split("\n"), [], False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and i and re.match(r"(- |\d+\. )", line):
+            prev = lines[i - 1]
+            if prev.strip() and not re.match(r"\s*(- |\d+\. |\||#)", prev) and not prev.startswith("  "):
+                found.append(i + 1)
+    return found
+
+
+def test_lists_render_as_lists_on_the_site():
+    assert lists_glued_to_a_paragraph("Metrics:\n- exact\n- hour\n") == [2]
+    assert lists_glued_to_a_paragraph("Metrics:\n\n- exact\n- hour\n```\ntext\n- not a list\n```\n") == []
+    problems = [f"{p.relative_to(ROOT)}:{n}" for p in pages() if p.name != "README.md"
+                for n in lists_glued_to_a_paragraph(p.read_text())]
+    assert not problems, "add a blank line before the list: " + ", ".join(problems)
