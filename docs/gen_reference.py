@@ -123,7 +123,9 @@ def table(header, rows) -> list[str]:
 
 
 def code(value) -> str:
-    return f"`{value}`" if value != "" else ""
+    """`value` as inline code; "str | None" as two spans, since a table's escaped pipe shows its backslash
+    inside a code span."""
+    return " | ".join(f"`{part}`" for part in str(value).split(" | ")) if value != "" else ""
 
 
 def config_page() -> str:
