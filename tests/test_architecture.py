@@ -170,10 +170,22 @@ def _refcoco(root):
                                                        "sentences": [{"sent": "left box"}, {"sent": "box"}]}]))
 
 
-# a small training split of every registered task, written as its users' files are laid out
+def _itsabouttime(root):
+    from PIL import Image
+
+    root.mkdir(parents=True)
+    Image.new("RGB", (84, 56), "white").save(root / "1.jpg")
+    Image.new("RGB", (84, 56), "gray").save(root / "2.jpg")
+    (root / "coco_final.csv").write_text('img_id,file_name,bbox_gt,hour,minute,bbox_det\n'
+                                         '1,1.jpg,"[[4, 3, 20, 12]]",12,5,"[4, 3, 20, 12]"\n'
+                                         '2,2.jpg,"[[4, 3, 20, 12]]",3,40,"[5, 4, 30, 30]"\n')
+
+
+# a small training split of every registered task (It's About Time has only a test split), written as its users' files are laid out
 TINY_DATA = {"clocks": _clocks, "chartqa": _charts("chartqa"), "plotqa": _charts("plotqa"), "dvqa": _charts("dvqa"),
              "arithmetic": _arithmetic, "word_problems": _word_problems, "gsm8k": _gsm8k, "svamp": _svamp,
-             "deepmind_math": _deepmind_math, "grounding": _grounding, "refcoco": _refcoco}
+             "deepmind_math": _deepmind_math, "grounding": _grounding, "refcoco": _refcoco,
+             "itsabouttime": _itsabouttime}
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +228,7 @@ def test_every_task_has_tiny_data():
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_every_task_trains_a_step(name, tiny, tmp_path):
     TINY_DATA[name](tmp_path / name)
-    samples = read(name, tmp_path / name, "all" if name == "svamp" else "train")  # SVAMP is one set
+    samples = read(name, tmp_path / name, {"svamp": "all", "itsabouttime": "test"}.get(name, "train"))  # one set
     assert len(samples) >= 2 and all(s.source == name for s in samples)
     assert all((s.image is None) != TASKS[name].image for s in samples)
     _one_step(*tiny, [samples[0], samples[1]], "smmd")

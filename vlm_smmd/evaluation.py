@@ -68,7 +68,7 @@ WITHIN_MINUTES = 5
 GROUNDING_ERRORS = ("corner_error_px", "centre_error_px")  # None where the answer gives no point or box
 # clock meta keys that are no style attribute
 CLOCK_NON_STYLE = {"hour", "minute", "second", "file_name", "image", "question", "answer", "answers", "split",
-                   "id", "seed", "index", "record"}
+                   "id", "seed", "index", "record", "img_id"}
 MAX_STYLE_LEVELS = 24  # a meta key with more distinct values is not treated as categorical
 
 # ---------------------------------------------------------------------------------------------------------
@@ -593,6 +593,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     `reader_options`: {source name: keyword options of its reader}; None takes the training run's own
     (`training_reader_options`), so a reader whose targets depend on its options (RefCOCO's coordinate
     convention and pixel limits, DeepMind modules) reads the test split as training read the train split.
+    metrics["coverage"][source], for readers of published sets the user may hold only part of (It's About
+    Time): the rows of its files and how many are present (`data.itsabouttime.coverage_line`).
     `threads`: the caller's thread plan, kept in metrics["run"] (without one, the torch threads found).
 
     Predictions are streamed to `out_dir`/PARTIAL batch by batch (an interrupted or failed run keeps them);
@@ -653,6 +655,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     _write_atomic(out / PARTIAL_RUN, json.dumps(json_safe(run), ensure_ascii=False) + "\n")
     _write_atomic(partial, "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in kept))
     records, skipped, leakage = [], {}, {}
+    # readers of published sets the user holds part of (It's About Time) say how many rows are present
+    coverage = {s.name: ds.coverage for s, ds in datasets if isinstance(getattr(ds, "coverage", None), dict)}
     with partial.open("a", encoding="utf-8") as stream:
         def sink(batch):
             for r in batch:
@@ -698,6 +702,8 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     metrics = summarize(records)
     metrics["skipped"] = skipped
     metrics["leakage"] = leakage
+    if coverage:
+        metrics["coverage"] = coverage
     metrics["run"] = run
     try:
         write_outputs(records, metrics, out)

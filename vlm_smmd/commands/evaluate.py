@@ -148,6 +148,11 @@ def run(args) -> int:
         if report and report["leaks"]:
             print(f"WARNING: {name} {args.split} is not held out: it shares records with the training data "
                   f"{report['train']}")
+    if metrics.get("coverage"):
+        from ..data.itsabouttime import coverage_line
+
+        for name, coverage in metrics["coverage"].items():
+            print(f"{name}: {coverage_line(coverage)}")
     for name, counts in metrics["skipped"].items():
         if counts["read"] or counts["generate"]:
             print(f"{name}: skipped {counts['read']} records at read time and {counts['generate']} at "

@@ -34,6 +34,7 @@ class Task:
 
 TASKS = {t.name: t for t in (
     Task("clocks", "clocks:read_clocks", "clock"),
+    Task("itsabouttime", "itsabouttime:read_itsabouttime", "clock", ("subset",)),  # real photos, test split only
     Task("chartqa", "chartqa:read_chartqa", "relaxed", ("subset",)),
     Task("plotqa", "plotqa:read_plotqa", "relaxed", ("template", "type")),
     Task("dvqa", "dvqa:read_dvqa", "relaxed", ("template_id", "question_type")),
