@@ -118,9 +118,24 @@ class NumericObjective(nn.Module):
         ce_sum = F.cross_entropy(logits32, targets, ignore_index=IGNORE_INDEX, reduction="sum")
         n_tokens = (targets != IGNORE_INDEX).sum()
 
-        if self.aux_loss is None:
-            aux_sum, n_numeric = logits32[:0].sum(), torch.zeros((), dtype=torch.long, device=logits.device)
+        # index_select: its backward is an index_add (advanced indexing backward is ~50x slower at N=1110)
+        numeric_logits = None if self.aux_loss is None else logits32.index_select(1, self.numeric_token_ids)  # [M, N]
+        return self.combine(ce_sum, n_tokens, numeric_logits, targets, ce_denominator, aux_denominator,
+                            batch_idx=batch_idx, pos_idx=pos_idx, numeric_mask=numeric_mask)
+
+    def combine(self, ce_sum: torch.Tensor, n_tokens: torch.Tensor, numeric_logits: torch.Tensor | None,
+                targets: torch.Tensor, ce_denominator=None, aux_denominator=None, *,
+                batch_idx: torch.Tensor | None = None, pos_idx: torch.Tensor | None = None,
+                numeric_mask: torch.Tensor | None = None) -> dict:
+        """The parts from a CE sum already taken (`forward`, or a fused / chunked CE that built no logits) and
+        the V_num logits numeric_logits [M, N] (float32; in the order of numeric_token_ids) at the M answer
+        positions; None when there is no aux. Arguments and result as in `forward`."""
+        if self.aux_loss is None:  # a zero still in the graph
+            aux_sum, n_numeric = ce_sum[None][:0].sum(), torch.zeros((), dtype=torch.long, device=ce_sum.device)
         else:
+            if self.numeric_token_ids.device != numeric_logits.device:
+                self.to(numeric_logits.device)
+            targets = targets.to(numeric_logits.device)
             ids = self.numeric_token_ids
             match = targets[:, None] == ids[None, :]  # [M, N]
             numeric = match.any(1)  # [M]
@@ -128,10 +143,9 @@ class NumericObjective(nn.Module):
                 if numeric_mask.shape != targets.shape:
                     raise ValueError(f"numeric_mask must be [M] like targets, got {tuple(numeric_mask.shape)} and "
                                      f"{tuple(targets.shape)}")
-                numeric = numeric & numeric_mask.to(logits.device, torch.bool)
+                numeric = numeric & numeric_mask.to(numeric_logits.device, torch.bool)
             # every row goes through the aux (non-numeric rows with a stand-in target) and is masked out:
             # no data-dependent selection, so no sync
-            # index_select: its backward is an index_add (advanced indexing backward is ~50x slower at N=1110)
             numbers = None
             if self.aux_loss.needs_numbers:
                 if batch_idx is None or pos_idx is None:
@@ -140,7 +154,6 @@ class NumericObjective(nn.Module):
                 numbers = self.vocab.number_layout(targets, batch_idx, pos_idx)
             # the rows left out of the aux see zeros instead of their logits: -inf digit logits there (a
             # masked vocabulary) would make the aux's backward NaN, which masking its output does not undo
-            numeric_logits = logits32.index_select(1, ids)  # [M, N]
             numeric_logits = torch.where(numeric[:, None], numeric_logits, torch.zeros_like(numeric_logits))
             per_position = self.aux_loss.per_position(numeric_logits, match.int().argmax(1), numbers)  # [M]
             aux_sum = torch.where(numeric, per_position, torch.zeros_like(per_position)).sum()
