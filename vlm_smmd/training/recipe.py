@@ -14,6 +14,7 @@ from transformers import set_seed
 
 from ..config import aux_options
 from ..losses.objective import NumericObjective
+from . import resume
 from .checkpoints import resume_checkpoint, save_final, stopped_run_error
 from .datasets import build_datasets, checked_datasets
 from .guards import DivergenceGuard, output_lock
@@ -112,6 +113,12 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
     # before the data and the model: a checkpoint that cannot be resumed is a one-line error at once
     train_args.resume_from_checkpoint = resume_checkpoint(train_args.output_dir, train_args.resume_from_checkpoint,
                                                           announce=train_args.process_index == 0)
+    # a resume continues its checkpoint's settings: a changed key is refused before any data is rendered
+    settings = resume.settings(model_args, data_args, loss_args, train_args)
+    resumed = None
+    if train_args.resume_from_checkpoint:
+        resumed = resume.check_settings(train_args.resume_from_checkpoint, settings,
+                                        announce=train_args.process_index == 0)
     train_dataset, eval_dataset = build_datasets(data_args)
     scratch_config = None
     if model_args.model_name_or_path == SCRATCH:
@@ -130,6 +137,9 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
     # every record checked before the (slow) model load: a bad one stops the run or is dropped up front
     train_dataset, eval_dataset, preflight_skips = checked_datasets(train_dataset, eval_dataset, collator,
                                                                     data_args, train_args)
+    fingerprint = resume.data_fingerprint(train_dataset)
+    if resumed is not None:
+        resume.check_data(resumed, fingerprint)  # before the (slow) model load
     model, _ = load_model_and_processor(
         model_args.model_name_or_path, processor=processor, config=scratch_config, dtype=model_args.torch_dtype,
         attn_implementation=model_args.attn_implementation, min_pixels=model_args.min_pixels,
@@ -145,7 +155,8 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
     trainer = NumericTrainer(
         model=model, args=train_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_collator=collator, processing_class=processor, objective=objective,
-        callbacks=[DivergenceGuard(objective), *([ThreadReplan(replan)] if replan is not None else [])],
+        callbacks=[DivergenceGuard(objective), resume.SettingsRecorder(settings, fingerprint, resume.resumes(resumed)),
+                   *([ThreadReplan(replan)] if replan is not None else [])],
     )
     if on_ready is not None and train_args.process_index == 0:
         on_ready()
@@ -160,7 +171,8 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
     if eval_dataset is not None:  # before saving: merging LoRA changes the live model
         metrics.update(trainer.evaluate())
     save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora,
-               run_config=run_config(model_args, data_args, loss_args, train_args, collator, threads))
+               run_config=run_config(model_args, data_args, loss_args, train_args, collator, threads,
+                                     data_fingerprint=fingerprint, resumed=resume.resumes(resumed)))
     if data_args.on_error == "skip":
         # records dropped by the preflight (each once), plus any the collator still had to skip (a file
         # that broke during the run), totalled over DataLoader workers and ranks
@@ -175,9 +187,11 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
     return metrics
 
 
-def run_config(model_args, data_args, loss_args, train_args, collator, threads: dict | None = None) -> dict:
+def run_config(model_args, data_args, loss_args, train_args, collator, threads: dict | None = None, *,
+               data_fingerprint: str | None = None, resumed: list[dict] | None = None) -> dict:
     """The run's identity for reports: every model / data / loss key as used, the trainer keys that shape
-    the run, the family and V_num size, and the torch thread plan it ran with."""
+    the run, the family and V_num size, the torch thread plan it ran with, the training records'
+    fingerprint and, for a resumed run, each resume (checkpoint, step, the keys that changed)."""
     from dataclasses import asdict
 
     keys = ("seed", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
@@ -187,4 +201,8 @@ def run_config(model_args, data_args, loss_args, train_args, collator, threads: 
             **{k: getattr(train_args, k, None) for k in keys}}
     info.update(family=collator.family.model_type, numeric_vocab_size=len(collator.numeric_vocab),
                 threads=threads if threads is not None else {"threads": torch.get_num_threads()})
+    if data_fingerprint is not None:
+        info["data_fingerprint"] = data_fingerprint
+    if resumed:
+        info["resumed"] = resumed
     return json.loads(json.dumps(info, default=str))
