@@ -333,17 +333,18 @@ def _config_text(path: Path) -> str:
                           "save the config as UTF-8") from None
 
 
-def _safe_yaml(text: str, path) -> object:
+def _safe_yaml(text: str, path, lines: dict | None = None) -> object:
     """yaml.safe_load, refusing a key given twice in one mapping and alias expansion past MAX_YAML_NODES,
-    each as a ConfigError naming the file and line."""
+    each as a ConfigError naming the file and line. `lines`, when given, receives {key path: line} for
+    every mapping key (a path: the keys and list indices from the top, e.g. ("synthesize_options", "style"))."""
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        count, todo = 0, [node]
+        count, todo = 0, [(node, ())]
         while todo:
-            item = todo.pop()
+            item, where = todo.pop()
             count += 1
             if count > MAX_YAML_NODES:
                 raise ConfigError(f"{path}: line {item.start_mark.line + 1}: aliases expand past {MAX_YAML_NODES} "
@@ -351,24 +352,28 @@ def _safe_yaml(text: str, path) -> object:
             if isinstance(item, yaml.MappingNode):
                 seen = {}
                 for key, value in item.value:
+                    inner = where
                     if isinstance(key, yaml.ScalarNode):
                         if key.value in seen:
                             raise ConfigError(f"{path}: line {key.start_mark.line + 1}: key {key.value!r} is given "
                                               f"twice (first on line {seen[key.value]}); keep one")
                         seen[key.value] = key.start_mark.line + 1
-                    todo += (key, value)
+                        inner = (*where, key.value)
+                        if lines is not None:
+                            lines.setdefault(inner, key.start_mark.line + 1)
+                    todo += ((key, where), (value, inner))
             elif isinstance(item, yaml.SequenceNode):
-                todo += item.value
+                todo += ((v, (*where, i)) for i, v in enumerate(item.value))
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
-def _read_yaml(path: Path) -> dict:
+def _read_yaml(path: Path, lines: dict | None = None) -> dict:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        values = _safe_yaml(_config_text(path), path) or {}
+        values = _safe_yaml(_config_text(path), path, lines) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(values, dict):
@@ -400,21 +405,29 @@ def _underscored(values: dict, path) -> dict:
 
 def _check(path, overrides: dict):
     """((ModelArguments, DataArguments, LossArguments), the TrainingArguments values as given)."""
-    values = _underscored(_read_yaml(Path(path)), path) if path is not None else {}
+    lines: dict = {}
+    values = _underscored(_read_yaml(Path(path), lines), path) if path is not None else {}
     _check_keys(values, overrides, path)
     values.update(overrides)
-    if isinstance(values.get("mixture"), list):
-        values["mixture"] = json.dumps(values["mixture"])
-    for key in ("reader_options", "synthesize_options"):  # mappings travel as JSON text
+    nested = {}
+    for key in ("reader_options", "synthesize_options", "mixture"):  # mappings (a list) travel as JSON text
         if key in values and values[key] is not None:
             value = values[key]
-            if isinstance(value, str):
+            if isinstance(value, str):  # from the command line, or quoted in the file: the same safe loader
+                where = f"--{key}" if key in overrides else f"{path}: {key}"
                 try:
-                    value = yaml.safe_load(value)
+                    value = _safe_yaml(value, where)
                 except yaml.YAMLError as e:
-                    raise ConfigError(f"{key}: not a mapping ({e})") from None
+                    raise ConfigError(f"{key}: not {'a list' if key == 'mixture' else 'a mapping'} ({e})") from None
+            if key == "mixture" and isinstance(value, list):
+                nested[key] = value
+                values[key] = json.dumps(value)
+                continue
+            if key == "mixture":
+                continue  # the mixture's own check names it
             if not isinstance(value, dict):
                 raise ConfigError(f"{key}: expected a mapping such as {{key: value}}, got {values[key]!r}")
+            nested[key] = value
             values[key] = json.dumps(value)
     types, none_keys = _field_types(OWN_CLASSES), _text_none_keys(OWN_CLASSES)
     own = []
@@ -423,8 +436,81 @@ def _check(path, overrides: dict):
         own.append(cls(**{key: _coerce(key, values.pop(key), types[key], from_cli=key in overrides,
                                        none_keys=none_keys) for key in list(values) if key in names}))
     validate(*own)
+    check_nested_keys(own[1], nested, path, lines, overrides)
     check_seeds(values)
     return tuple(own), values
+
+
+# the synthetic sets' writers (data_synth); the recipe passes these keywords itself, so they are no options
+SYNTH_WRITERS = {"clocks": "data_synth.writer:write_clock_dataset",
+                 "grounding": "data_synth.grounding:write_grounding_dataset",
+                 "arithmetic": "data_synth.arithmetic:write_arithmetic_dataset",
+                 "word_problems": "data_synth.word_problems:write_word_problem_dataset",
+                 "charts": "data_synth.charts:write_chart_dataset"}
+_SET_BY_RECIPE = {"out", "num", "seed", "resume", "overwrite", "layout", "split", "unseen_split"}
+_MIXTURE_KEYS = {"name", "root", "split", "weight", "limit", "label", "on_error"}  # mixture.from_spec's own
+
+
+def synth_writer(kind: str):
+    """The data_synth function that renders `synthesize: kind` (charts and bars: the chart writer)."""
+    module, _, name = SYNTH_WRITERS.get(kind, SYNTH_WRITERS["charts"]).partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _keywords(function, set_by_caller: set[str]) -> set[str] | None:
+    """The keyword names `function` takes, less those its caller sets; None when it takes any (**kwargs)."""
+    import inspect
+
+    params = inspect.signature(function).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind is not p.VAR_POSITIONAL} - set_by_caller
+
+
+def _unknown(keys, allowed: set[str], what: str, where) -> None:
+    for key in keys:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(sorted(allowed))})"
+            raise ConfigError(f"{where(key)}: unknown key {key!r} in {what}{hint}")
+
+
+def check_nested_keys(data_args, nested: dict, path, lines: dict, overrides: dict) -> None:
+    """Every key inside synthesize_options, reader_options and the mixture's entries is one the writer or
+    reader named takes (from its signature), so a typo is one ConfigError naming file, line and key with a
+    suggestion, before any data is rendered or read."""
+    from .data.tasks import reader
+
+    def locate(key_path):
+        def where(key):
+            if key_path[0] in overrides:
+                return f"--{key_path[0]} on the command line"
+            line = lines.get((*key_path, key)) or lines.get(key_path[:1])
+            return f"{path}: line {line}" if line else str(path)
+        return where
+
+    options = nested.get("synthesize_options")
+    if options is not None and data_args.synthesize != "none":
+        kind = data_args.synthesize
+        set_here = _SET_BY_RECIPE | ({"size"} if kind == "clocks" else set())  # clocks: synthesize_size
+        allowed = _keywords(synth_writer(kind), set_here)
+        if allowed is not None:
+            _unknown(options, allowed, f"synthesize_options of synthesize: {kind}", locate(("synthesize_options",)))
+        if kind == "clocks" and isinstance(options.get("style"), dict):
+            from data_synth.clocks import ClockStyle
+
+            _unknown(options["style"], {f.name for f in fields(ClockStyle)}, "synthesize_options.style (clock style)",
+                     locate(("synthesize_options", "style")))
+    options = nested.get("reader_options")
+    if options is not None and data_args.dataset != "mixture":
+        allowed = _keywords(reader(data_args.dataset), {"root", "split", "on_error"})
+        if allowed is not None:
+            _unknown(options, allowed, f"reader_options of dataset {data_args.dataset}", locate(("reader_options",)))
+    for i, entry in enumerate(nested.get("mixture") or ()):
+        if isinstance(entry, dict) and entry.get("name") in TASKS:
+            allowed = _keywords(reader(entry["name"]), {"root", "split", "on_error"})
+            if allowed is not None:
+                _unknown(entry, allowed | _MIXTURE_KEYS, f"mixture entry {i} ({entry['name']})", locate(("mixture", i)))
 
 
 DEFAULT_OUTPUT_DIR = "outputs/run"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch.utils.data import Subset
 
-from ..config import ConfigError
+from ..config import ConfigError, synth_writer
 from ..data.tasks import SYNTHESIZERS, names_with
 
 # Bump when the renderers draw other images for the same settings: data rendered before is then refused
@@ -39,26 +39,10 @@ def synthesize_if_missing(data_args) -> None:
             return
         print(f"rendering {wanted['num']} synthetic {kind} into {root}")
         interrupted = (root.parent / f".{root.name}.partial").exists()  # an earlier rendering was cut short
-        if kind == "clocks":
-            from data_synth.writer import write_clock_dataset
-
-            write_clock_dataset(root, wanted["num"], wanted["seed"], size=wanted["size"], resume=interrupted, **options)
-        elif kind == "grounding":
-            from data_synth.grounding import write_grounding_dataset
-
-            write_grounding_dataset(root, wanted["num"], wanted["seed"], resume=interrupted, **options)
-        elif kind == "arithmetic":
-            from data_synth.arithmetic import write_arithmetic_dataset
-
-            write_arithmetic_dataset(root, wanted["num"], wanted["seed"], resume=interrupted, **options)
-        else:
-            from data_synth.word_problems import write_word_problem_dataset
-
-            write_word_problem_dataset(root, wanted["num"], wanted["seed"], resume=interrupted, **options)
+        sized = {"size": wanted["size"]} if kind == "clocks" else {}
+        synth_writer(kind)(root, wanted["num"], wanted["seed"], resume=interrupted, **sized, **options)
         record.write_text(json.dumps(wanted))
         return
-
-    from data_synth.charts import write_chart_dataset
 
     from ..config import evaluated_splits
 
@@ -79,7 +63,7 @@ def synthesize_if_missing(data_args) -> None:
         extra = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
         if extra.get("unseen_fraction"):
             extra["unseen_split"] = "unseen" in split
-        info = write_chart_dataset(root, layout=layout, num=wanted["charts"], seed=wanted["seed"], split=split,
+        info = synth_writer(kind)(root, layout=layout, num=wanted["charts"], seed=wanted["seed"], split=split,
                                    resume=(root / f".{split}.partial").exists(), **extra)
         record.write_text(json.dumps({**wanted, "layout": layout, "questions": info["questions"]}))
 
