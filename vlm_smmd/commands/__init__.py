@@ -19,6 +19,8 @@ COMMANDS = {
     "eval": ("evaluate", "generate answers for a dataset and score them"),
     "analyze": ("analyze", "per-digit error analysis of predictions.jsonl files, with plots"),
     "compare": ("compare", "train, evaluate and analyse several aux losses / seeds on one config"),
+    "export": ("export", "write a dataset as an lmms-eval task folder or a VLMEvalKit TSV, scored as eval scores"),
+    "plan": ("plan", "per-GPU memory of a config (weights, optimizer, activations) and whether it fits; no GPU"),
     "demo": ("demo", "offline CPU demo: the research settings end to end, each figure beside chance"),
 }
 HIDDEN = {"compare-worker": ("compare_worker", "one variant of a compare (started by `vlm-smmd compare`)")}

@@ -1,5 +1,6 @@
-"""`vlm-smmd analyze PREDICTIONS.jsonl ... --out DIR`: per-digit error analysis of one or several runs
-(`analysis`), side by side; writes report.md, analysis.json and plots."""
+"""`vlm-smmd analyze PREDICTIONS ... --out DIR`: per-digit error analysis of one or several runs
+(`analysis`), side by side; writes report.md, analysis.json and plots. A file is this tool's predictions.jsonl,
+an lmms-eval --log_samples file or a VLMEvalKit prediction file (`harness.predictions`, detected)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def _default_names(paths: Sequence[Path]) -> list[str]:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = Parser(
         prog="vlm-smmd analyze",
-        description="Per-digit error analysis of predictions.jsonl files; several files are compared side by side.")
-    parser.add_argument("predictions", nargs="+", type=Path, help="predictions.jsonl files, one per run")
+        description="Per-digit error analysis of prediction files (vlm-smmd eval's predictions.jsonl, lmms-eval "
+                    "--log_samples .jsonl, VLMEvalKit .tsv/.xlsx; the format is detected); several files are "
+                    "compared side by side.")
+    parser.add_argument("predictions", nargs="+", type=Path, help="prediction files, one per run")
     parser.add_argument("--out", required=True, type=Path, help="folder for report.md, analysis.json and PNGs")
     parser.add_argument("--overwrite", action="store_true", help="replace the report that --out already holds")
     parser.add_argument("--names", help="comma-separated run names, one per file (default: from the paths)")
@@ -57,11 +60,15 @@ def output(args) -> Output:
 
 
 def run(args) -> int:
-    from ..analysis import analyze_records, headline, load_predictions, load_run_info, write_report
+    from ..analysis import analyze_records, headline, load_run_info, write_report
     from ..analysis.formatting import fmt
+    from ..harness import read_any_predictions
 
     names, paths = args.names, args.predictions
-    runs = {name: load_predictions(path) for name, path in zip(names, paths)}
+    runs = {}
+    for name, path in zip(names, paths):
+        fmt_name, runs[name] = read_any_predictions(path)
+        print(f"{name}: {path} read as a {fmt_name} prediction file ({len(runs[name])} records)")
     notes = []
     ids = {name: {str(r["id"]) for r in recs} for name, recs in runs.items()}
     if len({frozenset(s) for s in ids.values()}) > 1:
