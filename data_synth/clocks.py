@@ -73,7 +73,7 @@ class ClockStyle:
     numeral_size: float = field(default=0.16, metadata=_range(0.03, 0.5))  # font size
     numeral_rotation: str = field(default="upright", metadata=_choices("upright", "radial"))
     numeral_color: Color = (0, 0, 0)
-    hand_tip: str = field(default="plain", metadata=_choices("plain", "tapered", "arrow"))
+    hand_tip: str = field(default="plain", metadata=_choices("plain", "tapered", "arrow", "diamond"))
     hand_tail: float = field(default=0.0, metadata=_range(0.0, 0.5))  # counterweight tail behind the centre
     hour_hand_length: float = field(default=0.5, metadata=_range(0.1, 1.1))
     hour_hand_width: float = field(default=0.06, metadata=_range(0.005, 0.3))
@@ -92,6 +92,9 @@ class ClockStyle:
     dial_rotation: float = field(default=0.0, metadata=_range(-180.0, 180.0))  # degrees, clockwise
     perspective_x: float = field(default=0.0, metadata=_range(-0.3, 0.3))  # > 0: right side nearer
     perspective_y: float = field(default=0.0, metadata=_range(-0.3, 0.3))  # > 0: bottom side nearer
+    # squash and skew are never drawn by random_style: `data-synth clocks --robustness` deforms dials with them
+    dial_squash: float = field(default=1.0, metadata=_range(0.3, 1.0))  # the dial's width over its height
+    dial_skew: float = field(default=0.0, metadata=_range(-45.0, 45.0))  # horizontal shear, degrees
     blur: float = field(default=0.0, metadata=_range(0.0, 10.0))
     noise: float = field(default=0.0, metadata=_range(0.0, 100.0))
     jpeg_quality: int = field(default=0, metadata=_range(0, 95))  # 0 = no JPEG round trip
@@ -126,8 +129,8 @@ class ClockStyle:
                 if not ok or not lo <= value <= hi:
                     what = "an integer" if kind == "int" else "a number"
                     raise ValueError(f"style.{name} must be {what} in {lo}..{hi}, got {value!r}")
-        if self.hour_hand_length >= self.minute_hand_length:
-            raise ValueError(f"style.hour_hand_length ({self.hour_hand_length}) must be shorter than "
+        if self.hour_hand_length > self.minute_hand_length:  # equal lengths: told apart by position alone
+            raise ValueError(f"style.hour_hand_length ({self.hour_hand_length}) must not be longer than "
                              f"style.minute_hand_length ({self.minute_hand_length}), or the hands are ambiguous")
         if 0 < self.jpeg_quality < 5:
             raise ValueError(f"style.jpeg_quality must be 0 (off) or in 5..95, got {self.jpeg_quality}")
@@ -350,6 +353,7 @@ def random_style(rng: random.Random, overrides: dict | None = None, fonts: tuple
     put("jpeg_quality", maybe(0.2, lambda: rng.randint(25, 90)))
     put("distractors", maybe(0.25, lambda: rng.randint(1, 3)))
     put("supersample", _pick(rng, (1, 2), (1, 9)))
+    s.update({k: v for k, v in fixed.items() if k not in s})  # fixed attributes that are never drawn
     return ClockStyle(**s).validate()
 
 
@@ -454,6 +458,8 @@ def _hand_polygon(cx, cy, angle, length, width, tail, tip):
     w = width / 2
     if tip == "tapered":
         pts = [(-tail, -w), (0, -w), (length, -w * 0.2), (length, w * 0.2), (0, w), (-tail, w)]
+    elif tip == "diamond":  # a lozenge, widest a third of the way out
+        pts = [(-tail, -w * 0.5), (length / 3, -w * 1.6), (length, 0), (length / 3, w * 1.6), (-tail, w * 0.5)]
     elif tip == "arrow":
         head = min(0.3 * length, 3.0 * width)
         pts = [(-tail, -w), (length - head, -w), (length - head, -2.2 * w), (length, 0),
@@ -471,9 +477,12 @@ class _Canvas:
     Warping the geometry instead of the pixels keeps edges exact and costs nothing; textures are not warped.
     """
 
-    def __init__(self, img: Image.Image, px: float, py: float):
+    def __init__(self, img: Image.Image, px: float, py: float, squash: float = 1.0, skew: float = 0.0):
         self.img, self.draw = img, ImageDraw.Draw(img)
         self.h = None
+        # squash and skew, about the centre, before the warp: x -> c + squash (x - c) + tan(skew) (y - c)
+        self.affine = None if squash == 1 and skew == 0 else (img.width / 2, squash, math.tan(math.radians(skew)))
+        self.exact = not (px or py) and self.affine is None  # circles may be drawn as ellipses
         if px or py:
             w = img.width
             left, right, top, bottom = (w * max(v, 0) / 2 for v in (-px, px, -py, py))
@@ -486,6 +495,9 @@ class _Canvas:
             self.h = np.linalg.solve(np.array(a, dtype=np.float64), np.array(dst, dtype=np.float64).reshape(8))
 
     def map(self, pts):
+        if self.affine is not None:
+            c, k, t = self.affine
+            pts = [(c + k * (x - c) + t * (y - c), y) for x, y in pts]
         if self.h is None:
             return pts
         a, b, c, d, e, f, g, h = self.h.tolist()
@@ -496,7 +508,7 @@ class _Canvas:
         (draw or self.draw).polygon(self.map(pts), fill=fill)
 
     def circle(self, cx, cy, r, fill):
-        if self.h is None:
+        if self.exact:
             self.draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=fill)
         else:
             n = 24 if r < 40 else 128
@@ -504,7 +516,7 @@ class _Canvas:
                           for k in range(n)], fill)
 
     def shape(self, shape, cx, cy, half, rot, fill, draw=None):
-        if shape == "round" and self.h is None:
+        if shape == "round" and self.exact:
             (draw or self.draw).ellipse((cx - half, cy - half, cx + half, cy + half), fill=fill)
         else:
             self.polygon(_shape_points(shape, cx, cy, half, rot), fill, draw)
@@ -648,7 +660,7 @@ def render_clock(hour: int, minute: int, second: int | None = None, *, size: int
     rot = st.dial_rotation
 
     img = _fill(st.background, st.background_color, st.background_color2, size, rng, scale=ss)
-    cv = _Canvas(img, st.perspective_x, st.perspective_y)
+    cv = _Canvas(img, st.perspective_x, st.perspective_y, st.dial_squash, st.dial_skew)
     outer = st.face_radius * big / 2
     radius = outer * (1 - st.border_width)  # dial radius inside the border: the unit of all lengths
     if st.border_width > 0:

@@ -8,7 +8,8 @@ Layout of `out/`:
 
 Image `index` gets its own seed from (seed, index) alone, so the bytes do not depend on the worker count
 or on interruptions. Splits take contiguous index blocks in the order given (`num` images), then the
-`test_unseen` split when `unseen_fraction` holds dial times out of the others. Built with
+`test_unseen` split when `unseen_fraction` holds dial times out of the others, then with `robustness` the
+`test_deformed` and `test_hands` splits (`clock_robustness`: renders outside the others' range). Built with
 `data_synth.dataset.build_dataset`: in `.{out}.partial` next to `out`, renamed when complete;
 `resume=True` continues a partial folder.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import clock_robustness
 from .args import Parser, bounded_int
 from .clocks import (
     ClockStyle,
@@ -52,6 +54,7 @@ from .dataset import (
     pick_unseen,
     run_writer,
     split_bounds,
+    split_counts,
     split_of,
     unseen_settings,
     write_file,
@@ -156,6 +159,16 @@ class _Plan:
             self.pools = ([t for t in dial_times() if t not in held], sorted(held))
             self.bounds.append((cfg["num"], cfg["num"] + unseen["num"], UNSEEN_SPLIT))
             self.total += unseen["num"]
+        robust = cfg.get("robustness")
+        if robust is not None:  # after every other split: their indices, hence their bytes, stay as they were
+            for split in clock_robustness.SPLITS:
+                self.bounds.append((self.total, self.total + robust["num"], split))
+                self.total += robust["num"]
+
+    def training_ranges(self) -> dict:
+        """`clock_robustness.training_ranges` over the styles of every image of the other splits."""
+        return clock_robustness.training_ranges(self.item(i)[1] for i in range(self.total)
+                                                if self.split_of(i) not in clock_robustness.SPLITS)
 
     def _force(self, key, value, why):
         if self.style.get(key, value) != value:
@@ -170,8 +183,9 @@ class _Plan:
         cfg = self.cfg
         seed = item_seed("clocks", cfg["seed"], index)
         rng = random.Random(seed)
+        split = self.split_of(index)
         if cfg["unseen"] is not None:
-            pool = self.pools[index >= cfg["num"]]
+            pool = self.pools[split == UNSEEN_SPLIT]
             h12, minute = pool[rng.randrange(len(pool))]
             hour = h12 + 12 * rng.randrange(2)
             second = rng.randrange(60) if cfg["with_seconds"] else None
@@ -190,10 +204,17 @@ class _Plan:
                 style = vary_style(style, seed)
         else:
             style = style_for_seed(seed, self.style, self.fonts)
+        kind = None
+        if split in clock_robustness.SPLITS:  # a test image's style, then one change beyond the other splits' range
+            change = clock_robustness.deform if split == clock_robustness.DEFORMED else clock_robustness.change_hands
+            style, kind = change(style, cfg["robustness"]["training_ranges"], random.Random(f"robust:{seed}"))
+            style.validate()
         row = {"file_name": f"{index // SHARD:04d}/{index:08d}.png", "question": question,
                "answer": format_answer(hour, minute, second, cfg["answer_format"]),
                "hour": hour, "minute": minute, "second": second, "index": index, "render_seed": seed,
                **style.to_dict()}
+        if kind is not None:
+            row["robustness"] = kind
         return row, style
 
     def render(self, index: int, root: Path) -> str:
@@ -220,7 +241,7 @@ def write_clock_dataset(out, num: int, seed: int = 0, *, size: int = 448,
                         with_seconds: bool = False, style: dict | None = None, plain: bool = False,
                         variation: bool = True, unseen_fraction: float = 0.0, unseen_seed: int = 0,
                         unseen_num: int | None = None, times=None, questions=None, system_font_pool: bool = False,
-                        workers: int = 1, resume: bool = False, overwrite: bool = False, progress: bool = True) -> Path:
+                        robustness: bool = False, robustness_num: int | None = None, workers: int = 1, resume: bool = False, overwrite: bool = False, progress: bool = True) -> Path:
     """Render `num` clocks into an imagefolder dataset at `out`; returns `out`.
 
     splits: {"train": 0.9, "test": 0.1} or "train=0.9,test=0.1". size: 64..4096 px. answer_format: h:mm |
@@ -232,11 +253,30 @@ def write_clock_dataset(out, num: int, seed: int = 0, *, size: int = 448,
     dial times out of every split (`unseen_times(unseen_fraction, unseen_seed)`) and writes them, and only
     them, into an extra split `test_unseen` of `unseen_num` images (default: as many as the smallest split).
     times: None (uniform over 24 h) or (hour, minute, second|None, weight) tuples or a file for
-    `read_times`. questions: phrasings, one drawn per image; "{format}" becomes e.g. "H:MM".
+    `read_times`. questions: phrasings, one drawn per image; "{format}" becomes e.g. "H:MM". robustness:
+    also write `test_deformed` and `test_hands`, `robustness_num` images each (default: as many as the
+    smallest split), drawn as test images and then changed beyond the range the other splits' styles hold
+    (`clock_robustness`; that range is kept in generation.json).
     Deterministic in (arguments, seed) whatever `workers`; ValueError on bad arguments.
     """
     cfg = _config(num, seed, size, splits, answer_format, with_seconds, style, plain, variation, unseen_fraction,
                   unseen_seed, unseen_num, times, questions, system_font_pool)
+    if not isinstance(robustness, bool):
+        raise ValueError(f"robustness must be True or False, got {robustness!r}")
+    if robustness:
+        if robustness_num is None:
+            robustness_num = max(1, min(split_counts(num, cfg["splits"]).values()))  # 0: split_bounds refuses
+        check_int("robustness_num", robustness_num, 1, MAX_ITEMS)
+        for split in clock_robustness.SPLITS:
+            if split in cfg["splits"]:
+                raise ValueError(f"splits: {split!r} is written by robustness; name the others only")
+        # the range is measured once, here, over the other splits' styles (cheap: no drawing)
+        plan = _Plan(cfg)
+        ranges = plan.training_ranges()
+        clock_robustness.check_room(plan.item(0)[1], ranges)  # refuse now, not in a worker half way
+        cfg["robustness"] = {"num": robustness_num, "training_ranges": ranges}
+    elif robustness_num is not None:
+        raise ValueError("robustness_num needs robustness=True")
     plan = _Plan(cfg)
     plan.item(0)  # fail early on a style that cannot be drawn
     return build_dataset(out, plan, workers=workers, resume=resume, overwrite=overwrite, progress=progress)
@@ -359,6 +399,11 @@ def clocks_main(argv: list[str] | None = None) -> int:
                    help=f"hold this fraction of the 720 dial times out of every split and write them into an "
                         f"extra split {UNSEEN_SPLIT} (every hour and minute value stays in training)")
     add_unseen_args(p, "times", "images")
+    p.add_argument("--robustness", action="store_true",
+                   help="also write test_deformed (dials squashed, skewed or warped beyond the other splits) and "
+                        "test_hands (equal-length, new-tipped, very thin or thick hands) to score robustness")
+    p.add_argument("--robustness-num", type=bounded_int(1, MAX_ITEMS), default=None,
+                   help="images in each robustness split (default: as many as the smallest split)")
     p.add_argument("--system-fonts", action="store_true",
                    help="also draw numerals with the system's fonts (the dataset then depends on the machine)")
     add_build_args(p)
@@ -375,13 +420,17 @@ def clocks_main(argv: list[str] | None = None) -> int:
             args.out, args.num, args.seed, size=args.size, splits=args.splits, answer_format=args.answer_format,
             with_seconds=args.with_seconds, style=style, plain=args.plain, variation=not args.no_variation,
             unseen_fraction=args.unseen_fraction, unseen_seed=args.unseen_seed, unseen_num=args.unseen_num,
-            times=args.times, questions=args.question, system_font_pool=args.system_fonts, workers=args.workers,
+            times=args.times, questions=args.question, system_font_pool=args.system_fonts,
+            robustness=args.robustness, robustness_num=args.robustness_num, workers=args.workers,
             resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
 
     status, out = run_writer("data-synth clocks", write)
     if status:
         return status
-    unseen = json.loads((out / "generation.json").read_text())["unseen"]
+    generation = json.loads((out / "generation.json").read_text())
+    unseen, robust = generation["unseen"], generation.get("robustness")
     extra = f" and {unseen['num']} with held-out times in {UNSEEN_SPLIT}" if unseen else ""
+    if robust:
+        extra += f", {robust['num']} in each of {' and '.join(clock_robustness.SPLITS)}"
     print(f"wrote {args.num} clocks{extra} to {out}")
     return 0

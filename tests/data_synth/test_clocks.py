@@ -115,13 +115,13 @@ CHANGES = {
     "border_color": [(0, 0, 200)], "ticks": ["none", "60"], "tick_length": [0.2], "tick_width": [0.05],
     "minor_tick_length": [0.1], "minor_tick_width": [0.02], "tick_color": [(0, 120, 0)],
     "numerals": ["none", "roman", "cardinal"], "numeral_font": ["DejaVuSerif-Bold"], "numeral_size": [0.25],
-    "numeral_rotation": ["radial"], "numeral_color": [(200, 0, 200)], "hand_tip": ["tapered", "arrow"],
+    "numeral_rotation": ["radial"], "numeral_color": [(200, 0, 200)], "hand_tip": ["tapered", "arrow", "diamond"],
     "hand_tail": [0.2], "hour_hand_length": [0.3], "hour_hand_width": [0.1], "hour_hand_color": [(90, 90, 0)],
     "minute_hand_length": [0.95], "minute_hand_width": [0.07], "minute_hand_color": [(0, 90, 90)],
     "second_hand": [False], "second_hand_length": [0.6], "second_hand_width": [0.03],
     "second_hand_color": [(0, 0, 255)], "center_cap": [0.0, 0.1], "center_cap_color": [(255, 0, 0)],
     "hand_shadow": [0.03], "am_pm": [True], "dial_rotation": [-9.0], "perspective_x": [0.15, -0.15],
-    "perspective_y": [0.15, -0.15], "blur": [1.0], "noise": [6.0], "jpeg_quality": [30], "distractors": [3],
+    "perspective_y": [0.15, -0.15], "dial_squash": [0.6], "dial_skew": [-20.0, 20.0], "blur": [1.0], "noise": [6.0], "jpeg_quality": [30], "distractors": [3],
     "supersample": [1, 3],
 }
 CONTEXT = {"face_color2": {"face_fill": "gradient"}, "background_color2": {"background": "gradient"},
@@ -161,9 +161,10 @@ def test_random_styles_cover_every_choice_and_are_valid():
         for name in bools:
             bools[name].add(getattr(style, name))
         assert style.hour_hand_length < style.minute_hand_length
+        assert (style.dial_squash, style.dial_skew) == (1.0, 0.0)  # squash and skew: only in test_deformed
     for f in fields(ClockStyle):
-        if f.name in seen:
-            assert seen[f.name] == set(f.metadata["choices"]), f.name
+        if f.name in seen:  # the diamond tip is drawn only in the robustness split test_hands
+            assert seen[f.name] == set(f.metadata["choices"]) - {"diamond"}, f.name
     assert all(v == {False, True} for v in bools.values())
 
 
