@@ -251,9 +251,10 @@ def test_mixin_builds_logits_only_at_answer_positions(qwen, tmp_path):
         with torch.no_grad():
             loss, outputs = trainer.compute_loss(trainer.model.eval(), dict(batch), return_outputs=True)
         positions = answer_positions(batch["labels"])[1]
-        assert outputs.logits.shape[:2] == (4, len(positions.unique()))
-        if side == "left":  # the answers' tails line up: only the longest answer's length is built
-            assert outputs.logits.shape[1] == 7 < batch["labels"].shape[1] // 3
+        # left: the answers' tails line up; right: the same prompt, so their heads do. Either way a window of
+        # the answer positions plus at most one more column (the last) is built
+        assert outputs.logits.shape[:2] == (4, len(positions.unique()) + 1)
+        assert outputs.logits.shape[1] == 8 < batch["labels"].shape[1] // 3
         labels = batch.pop("labels")
         with torch.no_grad():
             full = trainer.model(**batch).logits

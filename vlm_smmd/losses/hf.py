@@ -15,10 +15,15 @@ Two ways in, both on unshifted labels that are -100 outside the answer (any caus
   lambda_here = lambda_ours * answer tokens / numeric tokens (e.g. "10:07<|im_end|>": 6 / 4 = 1.5).
 
 - `NumericLossMixin`, for any Trainer subclass (`class T(NumericLossMixin, SFTTrainer)`): logits only at the
-  answer positions and both counts over the whole optimizer step, so it matches our trainer exactly.
+  answer positions and both counts over the whole optimizer step (`step.NumericStep`). Our `NumericTrainer` is
+  this mixin on the HF Trainer, so the two give the same loss and update. It honours the collator's
+  `numeric_mask` when the batch has one (a Sample's `numeric_spans`: grounding coordinates only) and packed
+  batches (`position_ids` restarting per sample: the shift never crosses a sample boundary).
 
-Both apply the aux to every numeric answer token: they read labels only, not the collator's numeric_mask, so
-a Sample's `numeric_spans` (grounding: coordinates only) counts in our trainer alone.
+Beside a fused or chunked CE that builds no logits (Liger's fused linear cross-entropy under
+`use_liger_kernel=True`, TRL's fused LM head), the aux comes from the final hidden states at the answer
+positions and the LM head's V_num rows (`hidden`): `NumericLossMixin(..., fused_ce=True)`, or
+`numeric_loss_func(..., model=model)` on outputs that carry `loss` and `hidden_states` but no logits.
 
 A tokenizer is duck-typed: anything `NumericVocab.from_tokenizer` reads (get_vocab, decode), or a processor
 holding one as `.tokenizer`. Nothing here imports transformers: the Trainer classes come from the caller.
@@ -26,15 +31,14 @@ holding one as `.tokenizer`. Nothing here imports transformers: the Trainer clas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ..numeric import NumericVocab
+from .hidden import DecoderOutput, final_hidden_states, lm_head_of, numeric_logits
 from .objective import IGNORE_INDEX, NumericObjective, answer_positions
+from .step import ANSWER_INDEX, NumericStep, packed_key
 
 NUMERIC_VOCABS = ("all", "canonical")
-ANSWER_INDEX = "numeric_answer_index"  # the batch key the mixin keeps its host-side answer positions under
 
 
 def numeric_vocab_of(tokenizer, numeric_vocab="all") -> NumericVocab:
@@ -63,27 +67,41 @@ def logits_of(outputs) -> torch.Tensor:
         raise ValueError(
             f"the model outputs ({type(outputs).__name__}) carry no logits: a fused or chunked LM head (TRL's "
             "fused_lm_head=True forward, Liger's fused linear cross-entropy) scores labels without building them; "
-            "give this loss the plain forward's outputs: pass it as SFTTrainer(compute_loss_func=...) or "
-            "Trainer(compute_loss_func=...) and keep use_liger_kernel off, or liger_kernel_config="
-            "{'fused_linear_cross_entropy': False}")
+            "give this loss the plain forward's outputs (Trainer(compute_loss_func=...) does), or outputs with the "
+            "CE as loss and hidden_states (output_hidden_states=True) and numeric_loss_func(..., model=model), or "
+            "train with NumericLossMixin(..., fused_ce=True)")
     return logits
+
+
+def _output(outputs, key):
+    return outputs.get(key) if hasattr(outputs, "get") else getattr(outputs, key, None)
 
 
 class NumericLossFunction:
     """`(outputs, labels, num_items_in_batch=None) -> loss`, made by `numeric_loss_func`; `objective` is its
-    `NumericObjective`."""
+    `NumericObjective`, `model` (optional) the model whose LM head serves outputs without logits."""
 
-    def __init__(self, objective: NumericObjective):
+    def __init__(self, objective: NumericObjective, model=None):
         self.objective = objective
+        self.model = model
 
     def parts(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> dict:
-        """The objective's parts for logits [B, T, V] and labels [B, T] (module docstring for denominators)."""
-        logits = logits_of(outputs)
+        """The objective's parts for logits [B, T, V] and labels [B, T] (module docstring for denominators).
+        Outputs without logits: their `loss` is the CE, summed over the answer tokens and divided by
+        num_items_in_batch (by their number when None), as a model computes it when given labels and
+        num_items_in_batch; the aux comes from `hidden_states[-1]` and the LM head of `model`."""
+        logits = hidden = None
+        if not isinstance(outputs, (tuple, list)):
+            logits = _output(outputs, "logits")
+            hidden = None if logits is not None else final_hidden_states(outputs)
+        if logits is None and (hidden is None or self.model is None or _output(outputs, "loss") is None):
+            logits = logits_of(outputs)  # tuple outputs hold them first; else the one-line error
         if labels is None:
             raise ValueError("numeric_loss_func needs the labels (-100 outside the answer); got None")
-        if logits.dim() != 3 or labels.shape != logits.shape[:2]:
-            raise ValueError(f"need logits [B, T, V] and labels [B, T], got {tuple(logits.shape)} and "
-                             f"{tuple(labels.shape)}")
+        states = logits if logits is not None else hidden
+        if states.dim() != 3 or labels.shape != states.shape[:2]:
+            raise ValueError(f"need logits [B, T, V] (or hidden states [B, T, H]) and labels [B, T], got "
+                             f"{tuple(states.shape)} and {tuple(labels.shape)}")
         if labels.dtype != torch.int64:
             raise ValueError(f"labels must be int64 token ids with -100 outside the answer; got {labels.dtype}")
         padding = (labels < 0) & (labels != IGNORE_INDEX)
@@ -93,137 +111,139 @@ class NumericLossFunction:
         if num_items_in_batch is not None and float(num_items_in_batch) < 0:
             raise ValueError(f"num_items_in_batch counts the answer tokens of the optimizer step (>= 0); "
                              f"got {float(num_items_in_batch):g}")
-        batch_idx, pos_idx, targets = answer_positions(labels.to(logits.device))
+        batch_idx, pos_idx, targets = answer_positions(labels.to(states.device))
         denominator = len(targets) if num_items_in_batch is None else num_items_in_batch
-        return self.objective(logits[batch_idx, pos_idx], targets, ce_denominator=denominator,
-                              aux_denominator=denominator, batch_idx=batch_idx, pos_idx=pos_idx)
+        if logits is not None:
+            return self.objective(logits[batch_idx, pos_idx], targets, ce_denominator=denominator,
+                                  aux_denominator=denominator, batch_idx=batch_idx, pos_idx=pos_idx)
+        return _fused_parts(self.objective, outputs.loss, denominator, hidden[batch_idx, pos_idx],
+                            lm_head_of(self.model), targets, denominator, denominator, batch_idx=batch_idx,
+                            pos_idx=pos_idx)
 
     def __call__(self, outputs, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         return self.parts(outputs, labels, num_items_in_batch)["loss"]
 
 
-def numeric_loss_func(tokenizer, aux: str = "smmd", aux_lambda: float = 1.0, numeric_vocab="all",
+def _fused_parts(objective, ce, ce_count, hidden, lm_head, targets, ce_denominator, aux_denominator, **kwargs):
+    """The parts from a fused CE `ce` (its sum over the answer tokens divided by ce_count) and the final hidden
+    states [M, H] at the M answer positions (`hidden` module)."""
+    count = torch.as_tensor(ce_count, device=ce.device).clamp_min(1)
+    rows = None if objective.aux_loss is None else numeric_logits(hidden, lm_head, objective.numeric_token_ids)
+    n_tokens = (targets != IGNORE_INDEX).sum()
+    return objective.combine(ce.float() * count, n_tokens, rows, targets, ce_denominator, aux_denominator, **kwargs)
+
+
+def numeric_loss_func(tokenizer, aux: str = "smmd", aux_lambda: float = 1.0, numeric_vocab="all", model=None,
                       **loss_options) -> NumericLossFunction:
     """A `compute_loss_func` for `transformers.Trainer` and TRL's `SFTTrainer`: CE + aux_lambda * aux on the
     shifted labels, normalised by the Trainer's `num_items_in_batch` (module docstring).
 
     aux: a name in `vlm_smmd.losses.AUX_NAMES`; loss_options: its options (`LOSSES[aux].options`), checked
-    now. numeric_vocab: "all" | "canonical" (see `vlm_smmd.numeric`) or a NumericVocab.
+    now. numeric_vocab: "all" | "canonical" (see `vlm_smmd.numeric`) or a NumericVocab. model: needed only for
+    outputs without logits (a fused CE): the aux then reads its LM head's V_num rows (`hidden` module).
     """
     vocab = numeric_vocab_of(tokenizer, numeric_vocab)
-    return NumericLossFunction(NumericObjective.from_vocab(vocab, aux=aux, lam=aux_lambda, **loss_options))
-
-
-@dataclass
-class AnswerIndex:
-    """Answer positions on the host, for one batch: rows [M] and positions [M] (`answer_positions`), `keep`
-    [U] the distinct positions (the logits the model builds, `logits_to_keep`) and `column` [M] each
-    position's index in keep. Not a tensor, so the Trainer does not move it with the batch."""
-
-    batch: torch.Tensor
-    pos: torch.Tensor
-    keep: torch.Tensor
-    column: torch.Tensor
-
-    @classmethod
-    def of(cls, labels: torch.Tensor) -> AnswerIndex:
-        """From host labels [B, T]."""
-        batch, pos, _ = answer_positions(labels)
-        keep, column = torch.unique(pos, sorted=True, return_inverse=True)
-        if len(keep) == 0:  # nothing to predict: one column keeps the loss in the graph
-            keep = torch.tensor([labels.shape[1] - 1])
-        return cls(batch, pos, keep, column)
+    objective = NumericObjective.from_vocab(vocab, aux=aux, lam=aux_lambda, **loss_options)
+    return NumericLossFunction(objective, model)
 
 
 class NumericLossMixin:
     """Mix into any transformers Trainer subclass: `class T(NumericLossMixin, SFTTrainer)`, then
-    `T(..., aux="smmd", aux_lambda=1.0, numeric_vocab="all", aux_options={...})`.
+    `T(..., aux="smmd", aux_lambda=1.0, numeric_vocab="all", aux_options={...})`, or `T(..., objective=...)` with
+    a `NumericObjective` built already.
 
-    The model builds logits only at the answer positions (`logits_to_keep` as the [U] distinct answer
-    positions of the batch: a left-padded batch needs only its answer length), and `get_batch_samples`
-    counts answer and numeric tokens over all micro-batches and ranks of the optimizer step (the step's one
-    host copy of the labels), so CE and aux are sums divided by those counts: the update equals the
-    one-big-batch update and our own trainer's. It replaces the parent's `compute_loss` (TRL's entropy and
-    token-accuracy metrics are not logged; ce, aux and numeric_tokens are). The returned outputs hold the
-    answer-position logits only. Needs transformers >= 5.19 (`loss_is_scaled_for_ga`).
+    The model builds logits only at the answer positions (`logits_to_keep`: the right-aligned window of a
+    left-padded batch, else the distinct answer positions), and `get_batch_samples` counts answer and numeric
+    tokens over all micro-batches and ranks of the optimizer step (`step.NumericStep`), so CE and aux are sums
+    divided by those counts: the update equals the one-big-batch update. It replaces the parent's
+    `compute_loss` (TRL's entropy and token-accuracy metrics are not logged; ce, aux, total and numeric_tokens
+    are). The returned outputs hold the answer-position logits only. Needs transformers >= 5.19
+    (`loss_is_scaled_for_ga`).
+
+    fused_ce=True: the model scores the CE itself from the labels without building logits (Liger's fused
+    linear cross-entropy under `use_liger_kernel=True`; TRL's SFTTrainer: its fused LM head, asked for with
+    fused_lm_head=True), given the step's answer-token count as num_items_in_batch; the aux comes from the
+    decoder's final hidden states at the answer positions and the LM head's V_num rows (`hidden` module).
     """
 
     loss_is_scaled_for_ga = True  # compute_loss divides by whole-step counts itself
 
     def __init__(self, *args, aux: str = "smmd", aux_lambda: float = 1.0, numeric_vocab="all",
-                 aux_options: dict | None = None, **kwargs):
+                 aux_options: dict | None = None, objective: NumericObjective | None = None, fused_ce: bool = False,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         trainers = [c for c in type(self).__mro__ if c.__module__.startswith("transformers")]
         if not any("loss_is_scaled_for_ga" in vars(c) for c in trainers):
             raise RuntimeError("NumericLossMixin needs transformers >= 5.19 (Trainer.loss_is_scaled_for_ga); "
                                "older Trainers divide its step-normalised loss by the accumulation steps again")
-        if self.processing_class is None:
-            raise ValueError("NumericLossMixin needs processing_class= (the tokenizer or processor)")
-        vocab = numeric_vocab_of(self.processing_class, numeric_vocab)
-        self.numeric_vocab = vocab
-        self.objective = NumericObjective.from_vocab(vocab, aux=aux, lam=aux_lambda, **(aux_options or {}))
-        self.objective.to(self.args.device)
-        self._step_counts = None  # (answer tokens, numeric answer tokens) of the current optimizer step
-        # running sums of (ce_sum, n_tokens, aux_sum, n_numeric) per phase, read at log steps
-        self._numeric_parts = {phase: torch.zeros(4, dtype=torch.float64, device=self.args.device)
-                               for phase in ("train", "eval")}
+        if objective is None:
+            if self.processing_class is None:
+                raise ValueError("NumericLossMixin needs processing_class= (the tokenizer or processor)")
+            self.numeric_vocab = numeric_vocab_of(self.processing_class, numeric_vocab)
+            objective = NumericObjective.from_vocab(self.numeric_vocab, aux=aux, lam=aux_lambda, **(aux_options or {}))
+        self.numeric_step = NumericStep(objective, self.args.device)
+        self.objective = self.numeric_step.objective
+        self.fused_ce = fused_ce
+        # TRL's SFTTrainer patches its model with a fused LM head that runs only when asked
+        self._fused_kwargs = {"fused_lm_head": True} if any(c.__name__ == "SFTTrainer" for c in type(self).__mro__) else {}
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        if not batch_samples:
-            return batch_samples, num_items_in_batch
-        flat = torch.cat([b["labels"].flatten() for b in batch_samples]).cpu()  # the step's one sync
-        counts = torch.zeros(2, dtype=torch.long)
-        offset = 0
-        for batch in batch_samples:
-            shape, n = batch["labels"].shape, batch["labels"].numel()
-            labels = flat[offset:offset + n].view(shape)
-            offset += n
-            batch[ANSWER_INDEX] = AnswerIndex.of(labels)
-            following = labels[:, 1:]  # position t predicts label t + 1
-            counts[0] += (following != -100).sum()
-            counts[1] += self.numeric_vocab.mask(following).sum()
-        counts = counts.to(device)
-        if self.args.world_size > 1:
-            counts = self.accelerator.gather(counts[None]).sum(0)
-        self._step_counts = counts
+        if batch_samples:
+            gather = self.accelerator.gather if self.args.world_size > 1 else None
+            self.numeric_step.begin(batch_samples, device, gather)
         return batch_samples, num_items_in_batch
+
+    def prepare_forward(self, model, inputs: dict) -> None:
+        """Edit the model inputs in place before the forward (labels and the numeric mask are out): a hook
+        for trainers that add family-specific inputs."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs = dict(inputs)
         labels = inputs.pop("labels")
+        numeric_mask = inputs.pop("numeric_mask", None)
         index = inputs.pop(ANSWER_INDEX, None)
         if index is None:  # evaluation, or a batch not seen by get_batch_samples
-            index = AnswerIndex.of(labels.cpu())
+            index = self.numeric_step.index(labels, numeric_mask, inputs.get("position_ids"))
+        self.prepare_forward(model, inputs)
         device = labels.device
         batch_idx, pos_idx = index.batch.to(device), index.pos.to(device)
-        inputs["use_cache"] = False
-        outputs = model(**inputs, logits_to_keep=index.keep.to(device))
-        logits = logits_of(outputs)[batch_idx, index.column.to(device)]  # [M, V]
         targets = labels[batch_idx, pos_idx + 1]
-        if model.training and self._step_counts is not None:
-            parts = self.objective(logits, targets, ce_denominator=self._step_counts[0],
-                                   aux_denominator=self._step_counts[1], batch_idx=batch_idx, pos_idx=pos_idx)
-            loss = parts["loss"] * self.args.world_size  # counts span all ranks; DDP averages gradients
-        else:  # evaluation, or a step not fed through get_batch_samples: means over this batch
-            parts = self.objective(logits, targets, batch_idx=batch_idx, pos_idx=pos_idx)
-            accumulation = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
-            loss = parts["loss"] / (accumulation if model.training else 1)
-        sums = self._numeric_parts["train" if model.training else "eval"]
-        sums += torch.stack([parts[k].to(sums.device, torch.float64) for k in ("ce_sum", "n_tokens", "aux_sum",
-                                                                               "n_numeric")])
+        # the aux where the collator's numeric_mask is true (grounding: the coordinates); device indexing, no sync
+        aux_mask = None if numeric_mask is None else numeric_mask.to(device)[batch_idx, pos_idx + 1]
+        where = {"batch_idx": batch_idx, "pos_idx": pos_idx, "numeric_mask": aux_mask}
+        inputs["use_cache"] = False
+        step = self.numeric_step
+        if self.fused_ce:
+            counted = model.training and step.counts is not None
+            ce_count = step.counts[0] if counted else torch.tensor(len(index.pos), device=device)
+            if packed_key({**inputs, "labels": labels}, "position_ids"):  # packed: a sample's first label is
+                # not the previous sample's target
+                labels = labels.masked_fill(inputs["position_ids"] == 0, IGNORE_INDEX)
+            unwrapped = self.accelerator.unwrap_model(model)
+            with DecoderOutput(unwrapped) as seen:
+                outputs = model(**inputs, labels=labels, num_items_in_batch=ce_count.clamp_min(1),
+                                **self._fused_kwargs)
+            hidden = seen.hidden[batch_idx, pos_idx]
+
+            def parts_of(ce_denominator, aux_denominator):
+                return _fused_parts(self.objective, _output(outputs, "loss"), ce_count, hidden, lm_head_of(unwrapped),
+                                    targets, ce_denominator, aux_denominator, **where)
+        else:
+            keep = index.keep if isinstance(index.keep, int) else index.keep.to(device)
+            outputs = model(**inputs, logits_to_keep=keep)
+            logits = logits_of(outputs)[batch_idx, index.column.to(device)]  # [M, V]
+
+            def parts_of(ce_denominator, aux_denominator):
+                return self.objective(logits, targets, ce_denominator, aux_denominator, **where)
+
+        accumulation = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+        loss, _ = step.loss(parts_of, model.training, self.args.world_size, accumulation)
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict, start_time: float | None = None) -> None:
         phase, prefix = ("eval", "eval_") if any(k.startswith("eval_") for k in logs) else ("train", "")
         if phase == "eval" or "loss" in logs:  # the same condition on every rank
-            sums = self._numeric_parts[phase]
-            if self.args.world_size > 1:
-                sums = self.accelerator.reduce(sums.clone(), reduction="sum")
-            ce_sum, n_tokens, aux_sum, n_numeric = sums.tolist()
-            if n_tokens:
-                logs[f"{prefix}ce"] = round(ce_sum / n_tokens, 6)
-                logs[f"{prefix}aux"] = round(aux_sum / max(n_numeric, 1), 6)
-                logs[f"{prefix}numeric_tokens"] = int(n_numeric)
-            self._numeric_parts[phase].zero_()
+            reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.args.world_size > 1 else None
+            logs.update({prefix + k: v for k, v in self.numeric_step.figures(phase, reduce).items()})
         super().log(logs, start_time)
