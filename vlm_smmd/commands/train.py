@@ -1,4 +1,6 @@
-"""`vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite]`: one training run (`training.run`).
+"""`vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite] [--dry-run]`: one training run (`training.run`),
+or with --dry-run the config's real architecture at truncated depth trained 2 steps in a temporary folder
+(`training.dry_run`), which never touches output_dir.
 
 Keys and our own values are checked before transformers is imported (`config.check_config`), so a typo
 is answered at once; the training stack loads in `run`.
@@ -31,6 +33,7 @@ class Args:
     model: str
     output_dir: Path
     resume: bool
+    dry_run: bool = False
 
 
 def parse(argv: list[str]) -> Args:
@@ -40,6 +43,8 @@ def parse(argv: list[str]) -> Args:
     if "-h" in argv or "--help" in argv:
         print(train_help())
         raise SystemExit(0)
+    dry_run = "--dry-run" in argv
+    argv = [a for a in argv if a != "--dry-run"]
     try:
         path, overrides, overwrite = train_command_line(argv)
         model_args, _, _, train_values = check_config(path, overrides)
@@ -48,10 +53,12 @@ def parse(argv: list[str]) -> Args:
     resume = train_values.get("resume_from_checkpoint")
     return Args(path, overrides, overwrite, model_args.model_name_or_path,
                 Path(str(train_values.get("output_dir") or DEFAULT_OUTPUT_DIR)),
-                bool(resume) and str(resume).strip().lower() not in ("false", "none", "null", ""))
+                bool(resume) and str(resume).strip().lower() not in ("false", "none", "null", ""), dry_run)
 
 
-def output(args: Args) -> Output:
+def output(args: Args) -> Output | None:
+    if args.dry_run:  # writes only into a temporary folder
+        return None
     if args.output_dir.exists() and not args.output_dir.is_dir():
         raise UsageError(f"output_dir {args.output_dir} exists and is not a folder; choose a new output_dir")
     earlier = [] if args.resume else existing(args.output_dir, TRAINED_MODEL)
@@ -80,6 +87,12 @@ def remove_earlier(args: Args) -> None:
 
 def run(args: Args) -> int:
     from ..families import looks_like_path
+
+    if args.dry_run:
+        from ..training.dry_run import dry_run
+
+        dry_run(args.config, args.overrides)  # prints its summary; DryRunError is one line
+        return 0
 
     if looks_like_path(args.model) and not Path(args.model).exists():  # before seconds of imports
         raise FileNotFoundError(f"{args.model}: no such model directory")

@@ -87,7 +87,7 @@ def flushing_denormals(enabled: bool = True):
 
 
 def run(model_args, data_args, loss_args, train_args, *, on_ready=None, threads: dict | None = None,
-        replan=None) -> dict:
+        replan=None, prepare_model=None) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir.
 
     The main process locks output_dir for the whole run (`output_lock`: a second run on it is refused).
@@ -96,13 +96,14 @@ def run(model_args, data_args, loss_args, train_args, *, on_ready=None, threads:
     a run that cannot start leaves them). Training stops at the first non-finite loss or weight
     (`DivergenceGuard`). `threads`: the caller's thread plan (`ThreadPlan.record()`), kept in run_config.json
     (without one, the torch threads found); `replan()`, when given, answers the thread count after each step
-    (`ThreadReplan`)."""
+    (`ThreadReplan`). `prepare_model(model)`, when given, is called on the built model before the Trainer
+    wraps it (the dry run freezes its vocabulary matrices there)."""
     with output_lock(train_args.output_dir, take=train_args.process_index == 0), \
             flushing_denormals(model_args.flush_denormal):
-        return _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan)
+        return _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan, prepare_model)
 
 
-def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan) -> dict:
+def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan, prepare_model=None) -> dict:
     from ..data.collator import VLMCollator
     from ..families import family_for
     from ..modeling import SCRATCH, load_model_and_processor, load_processor
@@ -149,6 +150,8 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
         lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout, lora_vision=model_args.lora_vision,
         random_init=model_args.random_init, verbose=train_args.process_index == 0,
     )
+    if prepare_model is not None:
+        prepare_model(model)
     # load_model_and_processor already enabled checkpointing; the Trainer would redo it with other kwargs
     train_args.gradient_checkpointing = False
     objective = build_objective(loss_args, collator.numeric_vocab)

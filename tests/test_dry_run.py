@@ -1,0 +1,89 @@
+"""`vlm-smmd train CONFIG --dry-run`: the released architecture at truncated depth (widths and index lists
+checked on the config arguments), a preset config end to end in a temporary folder that is removed and never
+the config's output_dir, a config that cannot work as one line, and (slow) every ready config's dry run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlm_smmd.families import published_family
+from vlm_smmd.training.dry_run import truncated_architecture
+
+REPO = Path(__file__).resolve().parent.parent
+READY = ["qwen2_5_vl_3b_clock_smmd", "qwen2_5_vl_7b_chartqa_smmd", "qwen2_5_vl_7b_chartqa_smmd_lora",
+         "qwen2_5_vl_7b_chartqa_gsm8k_mix", "qwen2_5_vl_7b_refcoco", "qwen3_vl_8b_clock_smmd", "qwen3_vl_8b_refcoco",
+         "llama3_2_11b_vision_chartqa_smmd", "qwen2_5_7b_gsm8k_smmd"]
+
+
+def published(hub_id):
+    return published_family(hub_id).published[hub_id]
+
+
+def test_truncation_keeps_every_width_and_maps_the_index_lists():
+    real = published("Qwen/Qwen3-VL-8B-Instruct")
+    cut = truncated_architecture(real, 2, 2)
+    assert cut["text_config"]["num_hidden_layers"] == 2 and cut["vision_config"]["depth"] == 2
+    assert cut["vision_config"]["deepstack_visual_indexes"] == [0, 1]  # blocks 8, 16, 24 of 27, distinct
+    for part in ("text_config", "vision_config"):
+        widths = {k: v for k, v in real[part].items() if k not in ("num_hidden_layers", "depth", "deepstack_visual_indexes")}
+        assert {k: cut[part][k] for k in widths} == widths
+    assert real["vision_config"]["depth"] == 27  # the published table is left as it was
+
+    qwen25 = truncated_architecture(published("Qwen/Qwen2.5-VL-7B-Instruct"), 2, 3)
+    assert qwen25["vision_config"]["fullatt_block_indexes"] == [2]  # window blocks, then a full one
+
+    mllama = truncated_architecture(published("meta-llama/Llama-3.2-11B-Vision-Instruct"), 2, 2)
+    text, vision = mllama["text_config"], mllama["vision_config"]
+    assert text["num_hidden_layers"] == 2 and text["cross_attention_layers"] == [1]
+    # five taps of hidden_states (0 = the embedding, then 2 blocks): 3, 7, 15, 23, 30 of 0..32 scaled to 0..2;
+    # the projector keeps its 7680 inputs
+    assert vision["intermediate_layers_indices"] == [0, 0, 1, 2, 2]
+    assert vision["num_hidden_layers"] == 2 and vision["num_global_layers"] == 2
+    assert vision["vision_output_dim"] == 1280 * (len(vision["intermediate_layers_indices"]) + 1)
+
+
+def error_line(stderr: str) -> str:
+    """The one error line (transformers' FutureWarnings may come before it); no traceback."""
+    assert "Traceback" not in stderr, stderr[-2000:]
+    (line,) = [x for x in stderr.splitlines() if x.startswith("vlm-smmd train: error:")]
+    return line
+
+
+def run_cli(*args, timeout=300):
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "vlm_smmd.cli", "train", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_dry_run_of_a_preset_config_leaves_output_dir_alone(tmp_path):
+    out = tmp_path / "never"
+    result = run_cli("configs/tiny_cpu_arithmetic.yaml", "--dry-run", "--output_dir", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "dry run passed: the tiny-qwen2.5 preset" in result.stdout
+    assert "2 steps of 1 sample" in result.stdout and "reloaded, answered" in result.stdout
+    assert not out.exists()
+
+
+def test_a_lora_target_the_model_lacks_is_one_line(tmp_path):
+    result = run_cli("configs/qwen2_5_7b_gsm8k_smmd.yaml", "--dry-run", "--lora", "true", "--lora_vision", "true")
+    assert result.returncode == 1
+    assert error_line(result.stderr).startswith("vlm-smmd train: error: lora_vision: Qwen2.5 (text) has no vision")
+
+
+def test_an_unknown_hub_id_is_one_line():
+    result = run_cli("configs/qwen2_5_7b_gsm8k_smmd.yaml", "--dry-run", "--model_name_or_path", "someone/Some-7B")
+    assert result.returncode == 1
+    line = error_line(result.stderr)
+    assert "someone/Some-7B" in line and "Qwen/Qwen2.5-VL-7B-Instruct" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", READY)
+def test_every_ready_config_dry_runs(name):
+    result = run_cli(f"configs/{name}.yaml", "--dry-run", timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "dry run passed" in result.stdout and "2 text layers" in result.stdout
