@@ -365,9 +365,15 @@ def _zero_stage(deepspeed) -> int | None:
 def _reload_and_answer(out: Path, model_args, data_args) -> dict:
     """The saved model and processor loaded back from `out` (in the run's dtype), greedy on one sample of
     the eval split (the training split without one): its prompt, answer, target and score."""
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
     from ..evaluation import generate_predictions
     from ..modeling import load_model_and_processor
     from .datasets import read_split
+
+    # as `vlm-smmd eval` would, in a process of its own: the training's ZeRO-3 setting, global in
+    # transformers while this process lives, would partition the reloaded model to nothing (no engine)
+    unset_hf_deepspeed_config()
 
     model, processor = load_model_and_processor(str(out), dtype=model_args.torch_dtype, verbose=False,
                                                 min_pixels=model_args.min_pixels, max_pixels=model_args.max_pixels)
