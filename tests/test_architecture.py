@@ -181,11 +181,34 @@ def _itsabouttime(root):
                                          '2,2.jpg,"[[4, 3, 20, 12]]",3,40,"[5, 4, 30, 30]"\n')
 
 
+def _clock_parquet(kind):
+    def write(root):
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from PIL import Image
+
+        root.mkdir(parents=True)
+        buf = io.BytesIO()
+        Image.new("RGB", (42, 42), "white").save(buf, "PNG")
+        image = [{"bytes": buf.getvalue(), "path": None}] * 2
+        if kind == "clockqa":
+            table = {"image": image, "question": ["What time is it?"] * 2, "answer": ["3:07:15", "12:40:00"],
+                     "type": ["roman", "arrow"]}
+        else:
+            table = {"id": ["a_1", "b_1"], "image": image, "question_time": ["What time is it?"] * 2,
+                     "target_time": ['{"valid": true, "hours": 3, "minutes": 7, "seconds": false}'] * 2}
+        pq.write_table(pa.table(table), root / "train-0.parquet")
+    return write
+
+
 # a small training split of every registered task (It's About Time has only a test split), written as its users' files are laid out
 TINY_DATA = {"clocks": _clocks, "chartqa": _charts("chartqa"), "plotqa": _charts("plotqa"), "dvqa": _charts("dvqa"),
              "arithmetic": _arithmetic, "word_problems": _word_problems, "gsm8k": _gsm8k, "svamp": _svamp,
              "deepmind_math": _deepmind_math, "grounding": _grounding, "refcoco": _refcoco,
-             "itsabouttime": _itsabouttime}
+             "itsabouttime": _itsabouttime, "clockqa": _clock_parquet("clockqa"),
+             "clockbench": _clock_parquet("clockbench")}
 
 
 @pytest.fixture(scope="module")

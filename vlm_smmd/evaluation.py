@@ -11,7 +11,7 @@ meta (the sample's meta, JSON-safe), image (the absolute path of its image file,
 one; the analysis draws a few for grounding) and scores:
 - every source: exact_match (`metrics.exact_match`, case-insensitive, max over targets);
 - chartqa, plotqa, dvqa: relaxed_accuracy (ChartQA convention, max over targets);
-- clocks (against the first target, on the 12-hour dial): time_exact, hour_correct, minute_correct,
+- clocks (against the target nearest the prediction, on the 12-hour dial; readers keep one, ClockBench two): time_exact, hour_correct, minute_correct,
   time_gap_minutes (None when the prediction holds no time), within_1_min (It's About Time's top_1: ±1
   minute on the dial, circular), minute_within_1 (its top_1_min: the minute alone, wrapping) and within_5_min;
 - the text tasks (gsm8k, svamp, deepmind_math, arithmetic, word_problems; metric "final_number" in the task registry): the prediction is the final number of the
@@ -149,8 +149,10 @@ def score_prediction(prediction: str, targets: Sequence[str], source: str, meta:
                 scores[f"within_{tolerance:g}"] = score_against_targets(final_number_within, prediction, targets,
                                                                         tolerance=tolerance)
     elif source in CLOCK_SOURCES:
-        target = targets[0]
-        gap = clock_time_gap(prediction, target)
+        # several accepted readings (ClockBench's minute hand between two marks): the one nearest the prediction
+        gaps = [clock_time_gap(prediction, t) for t in targets]
+        nearest = min(range(len(targets)), key=lambda i: math.inf if gaps[i] is None else gaps[i])
+        target, gap = targets[nearest], gaps[nearest]
         scores.update(
             time_exact=float(clock_exact(prediction, target)),
             hour_correct=float(clock_hour_correct(prediction, target)),

@@ -35,6 +35,8 @@ class Task:
 TASKS = {t.name: t for t in (
     Task("clocks", "clocks:read_clocks", "clock"),
     Task("itsabouttime", "itsabouttime:read_itsabouttime", "clock", ("subset",)),  # real photos, test split only
+    Task("clockqa", "clockqa:read_clockqa", "clock", ("type",)),  # answers H:MM:SS
+    Task("clockbench", "clockqa:read_clockbench", "clock", ("type",)),  # its public 10 clocks: split train
     Task("chartqa", "chartqa:read_chartqa", "relaxed", ("subset",)),
     Task("plotqa", "plotqa:read_plotqa", "relaxed", ("template", "type")),
     Task("dvqa", "dvqa:read_dvqa", "relaxed", ("template_id", "question_type")),
