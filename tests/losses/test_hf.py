@@ -186,8 +186,8 @@ def one_step(model, tokenizer, tmp_path, batch_size, accumulation, trainer_class
     """Weights after one SGD step (lr 1) on the four ANSWERS, split into micro-batches in order."""
     model = copy.deepcopy(model).train()
     data = [example(tokenizer, a) for a in ANSWERS]
+    trainer_kw.setdefault("data_collator", lambda rows: collate(rows, tokenizer.pad_token_id))
     trainer = trainer_class(model=model, args=trainer_args(tmp_path, batch_size, accumulation), train_dataset=data,
-                            data_collator=lambda rows: collate(rows, tokenizer.pad_token_id),
                             processing_class=tokenizer, **trainer_kw)
     trainer.train()
     assert trainer.state.global_step == 1
