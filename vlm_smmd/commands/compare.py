@@ -14,8 +14,11 @@ under that launcher (`LAUNCHER -m vlm_smmd.cli train ...`) and the worker only e
 in the parent.
 
 DIR layout:
-    compare.json            the shared settings; a rerun with other settings is refused
+    .lock                   held while a compare runs in DIR (its pid): a second one is refused
+    compare.json            the shared settings and a fingerprint of the evaluated records; a rerun with
+                            other settings or changed evaluation data is refused
     status.json             per variant: pending | running | done | failed | interrupted, seconds, log
+                            (rebuilt from the runs' done.json files when damaged)
     runs/NAME/              one variant, NAME = GROUP-seedS (GROUP: the aux name, or smmd-random ...)
         variant.json        what the worker runs
         log.txt             the worker's stdout and stderr
@@ -23,7 +26,8 @@ DIR layout:
         train.json          training metrics: the training stage is done (a retry only evaluates)
         predictions.jsonl, metrics.json     evaluation
         analysis/           per-digit report of this run
-        error.txt           a failure: exit status and the tail of the log
+        error.txt           a failure: how the process ended, its error line and the tail of the log
+        worker_error.json   the error line a failing worker wrote
         done.json           the done-marker, written last: a rerun skips this variant
     results.md, results.csv per group: mean, sample std, min, max over finished seeds, n seeds, the
                             chance level, and the paired difference to CE only (aux none, same seed)
@@ -40,6 +44,7 @@ figures added after a run finished.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
 from collections.abc import Sequence
@@ -47,7 +52,7 @@ from pathlib import Path
 
 from data_synth.args import Parser
 
-from ..config import AUX_NAMES, ConfigError, check_config, parse_overrides
+from ..config import AUX_NAMES, ConfigError, check_config, check_seeds, parse_overrides
 from ..data.tasks import answer_tokens
 from ..experiments.variants import KERNEL_CONTROLS, RESERVED
 from . import Output, UsageError
@@ -108,6 +113,11 @@ def _seeds(text: str) -> list[int]:
         raise ConfigError(f"--seeds: expected comma-separated integers, got {text!r}") from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds: expected distinct integers, got {text!r}")
+    for seed in seeds:  # the range train's seed has (config._check), caught here rather than in every variant
+        try:
+            check_seeds({"seed": seed})
+        except ConfigError as e:
+            raise ConfigError(f"--seeds: {e}") from None
     return seeds
 
 
@@ -170,14 +180,29 @@ def output(args) -> Output:
 
 
 def run(args) -> int:
+    from ..training.guards import LOCK_FILE, OutputLockedError, output_lock
+
+    out = args.out.resolve()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; use a new or empty folder")
+    with contextlib.ExitStack() as stack:
+        try:  # held for the whole run, so two compares never write one folder
+            stack.enter_context(output_lock(out))
+        except OutputLockedError:
+            holder = (out / LOCK_FILE).read_text(errors="replace").strip() or "pid not written yet"
+            raise UsageError(f"--out {out} is in use by another compare ({holder}); wait for it to end or "
+                             "choose another --out") from None
+        return _run(args, out, LOCK_FILE)
+
+
+def _run(args, out: Path, lock_file: str) -> int:
     from ..config import evaluated_splits, load_config, uses_deepspeed
-    from ..experiments.orchestrate import held_out_check, run_compare, split_figures
-    from ..experiments.store import file_sha256, read_json, write_json
+    from ..experiments.orchestrate import data_fingerprints, held_out_check, run_compare, split_figures
+    from ..experiments.store import StateError, file_sha256, read_state, write_json
     from ..experiments.threads import plan_threads
     from ..experiments.variants import plan_variants
     from ..training import synthesize_if_missing
 
-    out = args.out.resolve()
     config = args.config.resolve()
     try:  # the shared settings, every TrainingArguments value checked once here (DeepSpeed left to the workers)
         load_config(args.config, {**args.overrides, "deepspeed": None, "output_dir": str(out / "runs")})
@@ -196,17 +221,18 @@ def run(args) -> int:
     settings_file = out / "compare.json"
     # --out is new, empty, or an earlier compare with the same settings (resumed); results.md, plots/ and
     # analysis/ would overwrite whatever else a folder holds
+    old = None
     if settings_file.is_file():
         try:
-            old = read_json(settings_file)
-        except ValueError as e:
-            raise UsageError(f"{settings_file}: unreadable ({e}); use another --out") from None
+            old = read_state(settings_file)
+        except StateError as e:
+            raise UsageError(f"{e}; use another --out") from None
         diff = [k for k in settings if json.dumps(old.get(k), sort_keys=True) != json.dumps(
             json.loads(json.dumps(settings[k], default=str)), sort_keys=True)]
         if diff:
             raise UsageError(f"{out} holds runs made with other settings ({', '.join(diff)} differ; see "
                              f"{settings_file}); use another --out, or delete that folder")
-    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+    elif any(p.name != lock_file for p in out.iterdir()):
         raise UsageError(f"--out {out} already holds files of something other than a compare (no compare.json) "
                          "that the results would overwrite; use a new or empty --out")
     synthesize_if_missing(data_args)  # once, before any variant: all of them read the same files
@@ -218,14 +244,19 @@ def run(args) -> int:
         raise ValueError(f"split(s) {', '.join(leaking)} presented as held out share records with the training "
                          f"split {data_args.train_split!r} (see the lines above); fix the data, or pass "
                          "--allow-overlap to compare anyway (the results page then says so)")
+    # the evaluated records: runs evaluated on other ones must not be pooled with the earlier seeds
+    fingerprint = data_fingerprints(data_args, splits, limit=args.eval_limit)
+    changed = [s for s in splits if old and old.get("data_fingerprint", fingerprint).get(s) != fingerprint[s]]
+    if changed:
+        raise UsageError(f"the {', '.join(changed)} records differ from those the earlier runs in {out} were "
+                         f"evaluated on (data_fingerprint in {settings_file}); restore that data, or use another --out")
     metric, primary_split = data_args.primary_metric, data_args.primary_split or splits[0]
     if metric and metric not in (figures := split_figures(data_args, primary_split, limit=args.eval_limit)):
         # caught here, not on the page after every run: a misspelt endpoint would leave the page without one
         raise UsageError(f"primary_metric {metric!r} ({config}) is not a figure of split {primary_split!r}; "
                          f"its figures: {', '.join(figures)}")
-    out.mkdir(parents=True, exist_ok=True)
-    if not settings_file.is_file():
-        write_json(settings_file, settings)
+    if old is None or "data_fingerprint" not in old:  # new, or made before compare kept the fingerprint
+        write_json(settings_file, {**(old or settings), "data_fingerprint": fingerprint})
     # what the page says beyond the runs' settings (these may change between reruns of one comparison)
     settings = {**settings, "primary": {"metric": data_args.primary_metric, "split": data_args.primary_split},
                 "dev_seeds": args.dev_seed_list, "contrasts": args.contrasts, "leakage": leakage,

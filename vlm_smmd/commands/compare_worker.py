@@ -19,6 +19,7 @@ def output(spec: Path) -> None:
 
 
 def run(spec: Path) -> int:
-    from ..experiments.orchestrate import variant_worker
+    from ..experiments.orchestrate import follow_parent, variant_worker
 
+    follow_parent()  # end with the compare that started us, even where no parent-death signal is set
     return variant_worker(spec)

@@ -4,12 +4,21 @@ A process per variant isolates the global state that training leaves behind (Dee
 groups, CUDA memory and caches, seeded RNGs, logging handlers), and a crash, an out-of-memory kill or a hang
 of one variant cannot take the others down; the price is one interpreter start (a few seconds) per variant.
 The process is `vlm-smmd compare-worker VARIANT.json` (`variant_worker`).
+
+The processes end with compare however it ends: each child runs in its own session (compare forwards
+Ctrl-C and SIGTERM to its whole process group, then SIGKILL after STOP_GRACE_S), SIGTERM is restored to its
+default in the child whatever compare inherited (a script's `trap '' TERM`), on Linux the kernel sends it
+SIGTERM when compare dies (PR_SET_PDEATHSIG, even after kill -9), and the worker also watches its parent
+(`follow_parent`) where that is not available. A failing worker writes its own error line (WORKER_ERROR).
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -22,11 +31,20 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from data_synth.interrupts import interrupt_status
+from data_synth.interrupts import Terminated, interrupt_status
 
 from .results import fmt, run_metrics, write_results
-from .store import Status, drop_weights, read_json, tail, write_json
+from .store import WEIGHT_SUFFIXES, StateError, Status, drop_weights, read_json, read_state, tail, write_json
 from .variants import Variant, variant_overrides
+
+WORKER_ERROR = "worker_error.json"  # {"error": "Type: message"}, written by a worker that fails
+PARENT_ENV = "VLM_SMMD_COMPARE_PID"  # the compare a worker belongs to (`follow_parent`)
+STOP_GRACE_S = 10.0  # how long stopped processes may clean up before they are killed
+_PR_SET_PDEATHSIG = 1
+try:
+    _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+except OSError:
+    _libc = None
 
 
 def variant_worker(spec_path) -> int:
@@ -37,6 +55,24 @@ def variant_worker(spec_path) -> int:
     """
     spec = read_json(Path(spec_path))
     run_dir = Path(spec["run_dir"])
+    try:
+        _work(spec, run_dir)
+    except Exception as e:  # the reason compare reports, whatever the log prints after it (a warning at exit)
+        write_json(run_dir / WORKER_ERROR, {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:1000]}"})
+        raise
+    return 0
+
+
+def _evaluated(split_dir: Path) -> bool:
+    """Whether a split's evaluation is complete: predictions.jsonl and a readable metrics.json."""
+    try:
+        read_state(split_dir / "metrics.json")
+    except (OSError, StateError):
+        return False
+    return (split_dir / "predictions.jsonl").is_file()
+
+
+def _work(spec: dict, run_dir: Path) -> None:
     if "train" in spec["stages"] and not (run_dir / "train.json").is_file():
         from ..config import load_config
         from ..training import ensure_single_process_env, run
@@ -54,9 +90,36 @@ def variant_worker(spec_path) -> int:
         options = dict(spec["eval"])
         data = [tuple(d) for d in options.pop("data")]
         for split in options.pop("splits"):
-            if not (run_dir / split / "metrics.json").is_file():  # a retry evaluates what is missing
+            if not _evaluated(run_dir / split):  # a retry evaluates what is missing or damaged
                 evaluate_model(run_dir / "model", data, run_dir / split, split=split, progress=False, **options)
-    return 0
+
+
+def follow_parent() -> None:
+    """In a worker: end like SIGTERM ends it once the compare that started it is gone (a watch on the
+    parent pid, the fallback to PR_SET_PDEATHSIG), and exit STOP_GRACE_S later if that clean-up hangs."""
+    try:
+        parent = int(os.environ.get(PARENT_ENV, ""))
+    except ValueError:
+        return
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_GRACE_S)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="follow-parent", daemon=True).start()
+
+
+def _child_setup(parent: int) -> None:
+    """Run in the child between fork and exec: SIGTERM at its default (so the worker's own handler is
+    installed even under an inherited `trap '' TERM`); SIGTERM when its parent dies (Linux)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(128 + signal.SIGTERM)
 
 
 _children: set[subprocess.Popen] = set()  # the running variant processes, interrupted together on Ctrl-C
@@ -69,13 +132,14 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str]) -> int:
         f.write(f"$ {shlex.join(cmd)}\n")
         f.flush()
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid()), **env},
+                                start_new_session=True, preexec_fn=functools.partial(_child_setup, os.getpid()))
         with _children_lock:
             _children.add(proc)
         try:
             return proc.wait()
         except BaseException:
-            proc.kill()
+            _signal_group(proc, signal.SIGKILL)
             proc.wait()
             raise
         finally:
@@ -83,11 +147,85 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str]) -> int:
                 _children.discard(proc)
 
 
-def _interrupt_children() -> None:
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the child leads its own process group (start_new_session)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop_children(sig: int) -> None:
+    """Send `sig` to every running child's process group, wait up to STOP_GRACE_S for them to end, then
+    SIGKILL what is left (at once on a further Ctrl-C)."""
     with _children_lock:
-        for proc in _children:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+        procs = list(_children)
+    for proc in procs:
+        if proc.poll() is None:
+            _signal_group(proc, sig)
+    deadline = time.monotonic() + STOP_GRACE_S
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for proc in procs:
+            _signal_group(proc, signal.SIGKILL)  # also any process a finished child left in its group
+
+
+def _failure(run_dir: Path, stage: str, rc: int) -> VariantFailed:
+    """VariantFailed for a stage's process that ended with `rc`: how it ended, then the worker's own error
+    line (WORKER_ERROR) or, for a launcher's process, the last error line of the log."""
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = "unknown"
+        return VariantFailed(run_dir, f"{stage} was killed by signal {-rc} ({name})")
+    reason = f"{stage} exited with status {rc}"
+    try:
+        error = read_state(run_dir / WORKER_ERROR).get("error")
+    except (OSError, StateError):
+        error = None
+    if error is None:
+        lines = [m.group(0) for line in tail(run_dir / "log.txt", 40).splitlines()
+                 if (m := _ERROR_LINE.search(line.strip()))]
+        error = lines[-1] if lines else None
+    if error is None and rc > 128 and rc - 128 in signal.valid_signals():
+        error = f"stopped by {signal.Signals(rc - 128).name}"
+    return VariantFailed(run_dir, f"{reason}: {str(error)[:300]}" if error else reason)
+
+
+# an error line of a process we did not write the marker for: the dispatcher's, or an exception's last line
+_ERROR_LINE = re.compile(r"vlm-smmd [\w-]+: error: .*|\b[A-Z]\w*(Error|Exception)\b: .*|\b[A-Z]\w*(Error|Exception)$")
+
+
+def _unfinishable(run_dir: Path, splits: Sequence[str]) -> str | None:
+    """Why a variant cannot be finished without training again: its weights were dropped after it was
+    trained, and a split's evaluation is missing or damaged."""
+    model = run_dir / "model"
+    weights = model.is_dir() and any(p.suffix in WEIGHT_SUFFIXES or p.name.startswith("checkpoint-")
+                                     for p in model.iterdir())
+    missing = [str(run_dir / s) for s in splits if not _evaluated(run_dir / s)]
+    if not (run_dir / "train.json").is_file() or weights or not missing:
+        return None
+    return (f"cannot be finished: its trained weights were deleted and the evaluation in {', '.join(missing)} is "
+            f"missing or damaged; remove the folder {run_dir} to train and evaluate it again")
+
+
+def finished(run_dir: Path, splits: Sequence[str]) -> tuple[bool, str | None]:
+    """(whether the run is done, why a run marked done is not): done.json and each split's metrics.json
+    must be readable (a missing metrics.json is allowed: a copied comparison may lack files)."""
+    try:
+        read_state(run_dir / "done.json")
+        for split in splits:
+            if (run_dir / split / "metrics.json").exists():
+                read_state(run_dir / split / "metrics.json")
+    except FileNotFoundError:
+        return False, None
+    except StateError as e:
+        return False, str(e)
+    return True, None
 
 
 def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str] | None, keep_models: bool,
@@ -98,7 +236,10 @@ def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str]
     from ..analysis import analyze_records, load_predictions, write_report
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    if (why := _unfinishable(run_dir, spec["eval"]["splits"])) is not None:
+        raise VariantFailed(run_dir, why, retry=False)
     (run_dir / "error.txt").unlink(missing_ok=True)
+    (run_dir / WORKER_ERROR).unlink(missing_ok=True)
     log = run_dir / "log.txt"
     log.write_text(f"# {variant.name}, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n", encoding="utf-8")
     spec = {**spec, "run_dir": str(run_dir), "stages": ["eval"] if launcher else ["train", "eval"]}
@@ -109,13 +250,17 @@ def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str]
         cmd += [f"--{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in spec["overrides"].items()]
         rc = _run_logged(cmd, log, env or {})
         if rc != 0:
-            raise VariantFailed(run_dir, f"training ({shlex.join(launcher)}) exited with status {rc}")
+            raise _failure(run_dir, f"training ({shlex.join(launcher)})", rc)
         write_json(run_dir / "train.json", {"launcher": shlex.join(launcher)})
     rc = _run_logged([sys.executable, "-m", "vlm_smmd.cli", "compare-worker", str(run_dir / "variant.json")], log,
                      env or {})
     if rc != 0:
-        stage = "evaluation" if (run_dir / "train.json").is_file() else "training"
-        raise VariantFailed(run_dir, f"{stage} exited with status {rc}")
+        raise _failure(run_dir, "evaluation" if (run_dir / "train.json").is_file() else "training", rc)
+    for split in spec["eval"]["splits"]:  # what the worker wrote, checked before the run is marked done
+        try:
+            read_state(run_dir / split / "metrics.json")
+        except (OSError, StateError) as e:
+            raise VariantFailed(run_dir, f"evaluation left no readable metrics: {e}") from None
     figures = {}
     try:
         with _analysis_lock:  # one variant at a time: matplotlib's font and text caches are not thread-safe
@@ -125,10 +270,10 @@ def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str]
                 write_report({variant.name: analysis}, run_dir / split / "analysis",
                              inputs={variant.name: str(predictions)})
                 figures[split] = run_metrics(analysis)
-    except Exception:  # noqa: BLE001 - any analysis error fails this variant only
+    except Exception as e:  # noqa: BLE001 - any analysis error fails this variant only
         with open(log, "a", encoding="utf-8") as f:
             f.write(traceback.format_exc())
-        raise VariantFailed(run_dir, "analysis failed") from None
+        raise VariantFailed(run_dir, f"analysis failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from None
     freed = 0 if keep_models else drop_weights(run_dir / "model")
     return {"variant": variant.name, "group": variant.group, "aux": variant.aux,
             "kernel_mode": variant.kernel_mode, "seed": variant.seed, "figures": figures,
@@ -136,14 +281,12 @@ def run_variant(variant: Variant, run_dir: Path, spec: dict, launcher: list[str]
 
 
 class VariantFailed(RuntimeError):
-    """A stage of a variant failed; writes error.txt. The reason ends with the log's last line (usually
-    the exception), e.g. "training exited with status 1: FileExistsError: ..."."""
+    """A stage of a variant failed; writes error.txt with the reason (`_failure`: how the process ended and
+    its own error line, e.g. "training exited with status 1: FileExistsError: ...") and the log's end."""
 
-    def __init__(self, run_dir: Path, reason: str):
-        last = [line for line in tail(run_dir / "log.txt", 5).splitlines() if line.strip()]
-        if last:
-            reason = f"{reason}: {last[-1].strip()[:300]}"
+    def __init__(self, run_dir: Path, reason: str, *, retry: bool = True):
         super().__init__(reason)
+        self.retry = retry  # False: a rerun fails the same way until the user removes what the reason names
         self.reason = reason
         (run_dir / "error.txt").write_text(f"{reason}\n\nlast lines of {run_dir / 'log.txt'}:\n"
                                            f"{tail(run_dir / 'log.txt')}\n", encoding="utf-8")
@@ -162,15 +305,22 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
     ours: the thread plan), printing progress; then write the tables. Returns 0, 1 when a variant failed (the
     others still ran), 130 (143 for SIGTERM) when interrupted (the tables so far are written; a rerun resumes)."""
     status = Status(out / "status.json", [v.name for v in variants])
+    if status.rebuilt:
+        print(status.rebuilt, flush=True)
+    splits = settings.get("eval", {}).get("splits", ())
     start, durations = time.monotonic(), []
     lock = threading.Lock()  # status.json, done.json, the progress lines and the analysis
     interrupted = threading.Event()
-    todo = []
+    todo, stuck = [], []  # stuck: failed variants a plain rerun cannot finish
     for i, v in enumerate(variants, 1):
-        if (out / "runs" / v.name / "done.json").is_file():
+        done, problem = finished(out / "runs" / v.name, splits)
+        if done:
             status.set(v.name, status="done")
             print(f"[{i}/{len(variants)}] {v.name}: done earlier, skipped", flush=True)
         else:
+            if problem:  # a damaged done.json or metrics.json: run again (its finished stages are kept)
+                status.set(v.name, status="pending")
+                print(f"[{i}/{len(variants)}] {v.name}: {problem}; running it again", flush=True)
             todo.append((i, v))
 
     def one(i: int, v: Variant) -> None:
@@ -189,8 +339,11 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
                 if interrupted.is_set():  # its process was stopped by the interrupt: not a failure
                     return
                 status.set(v.name, status="failed", seconds=round(seconds, 1), error=e.reason)
-                print(f"{head}: FAILED after {_duration(seconds)}: {e.reason} (see {run_dir / 'error.txt'})\n"
-                      + "\n".join("    " + line for line in tail(run_dir / "log.txt", 8).splitlines()), flush=True)
+                if not e.retry:
+                    stuck.append(v.name)
+                print(f"{head}: FAILED after {_duration(seconds)}: {e.reason} (see {run_dir / 'error.txt'})"
+                      + "".join("\n    " + line for line in (tail(run_dir / "log.txt", 8).splitlines() if e.retry
+                                                             else ())), flush=True)
             return
         seconds = time.monotonic() - t0
         with lock:
@@ -198,7 +351,7 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
             done["seconds"] = round(seconds, 1)
             write_json(run_dir / "done.json", done)
             status.set(v.name, status="done", seconds=round(seconds, 1), error=None)
-            left = sum(1 for w in variants if not (out / "runs" / w.name / "done.json").is_file())
+            left = sum(1 for w in variants if status.variants[w.name]["status"] != "done")
             eta = (f", about {_duration(statistics.fmean(durations) * left / min(jobs, left))} left" if left else "")
             shown = ", ".join(f"{split} exact match {fmt(figs['exact_match'])}"
                               for split, figs in done["figures"].items())
@@ -214,7 +367,8 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
         interrupted.set()
         for future in futures:
             future.cancel()
-        _interrupt_children()
+        # the signal compare got goes on to its workers (SIGHUP as SIGTERM), which may ignore SIGINT
+        _stop_children(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
         pool.shutdown(wait=True)
         for v in variants:
             if status.variants[v.name]["status"] == "running":
@@ -231,7 +385,8 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
     for split, report in paths["reports"].items():
         print(f"per-digit comparison on {split}: {report}")
     if failed:
-        print(f"{len(failed)} variant(s) failed: {', '.join(failed)}; rerun the same command to retry them",
+        print(f"{len(failed)} variant(s) failed: {', '.join(failed)}; rerun the same command to retry them"
+              + (f" ({', '.join(stuck)} only once the folders named above are removed)" if stuck else ""),
               file=sys.stderr)
         return 1
     return 0
@@ -283,3 +438,21 @@ def split_figures(data_args, split: str, *, limit: int | None = None) -> list[st
         records.append({"id": s.id, "source": s.source, "question": s.question, "prediction": s.answer,
                         "target": s.answer, "meta": s.meta})
     return [f.key for f in headline(analyze_records(records, chance=False))]
+
+
+def data_fingerprints(data_args, splits: Sequence[str], *, limit: int | None = None) -> dict[str, str]:
+    """{split: sha256 of its first `limit` records as evaluation reads them} (`training.resume.data_fingerprint`:
+    id, source, question, answer, each image file's path and size): compare.json keeps it, so a rerun on a
+    split edited on disk is refused rather than pooled with the earlier seeds."""
+    from torch.utils.data import Subset
+
+    from ..data.sample import set_max_image_pixels
+    from ..training.datasets import read_split
+    from ..training.resume import data_fingerprint
+
+    set_max_image_pixels(data_args.max_image_pixels)
+    out = {}
+    for split in splits:
+        evaluated = read_split(data_args, split)
+        out[split] = data_fingerprint(evaluated if limit is None else Subset(evaluated, range(min(limit, len(evaluated)))))
+    return out

@@ -23,6 +23,24 @@ def read_json(path: Path):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+class StateError(ValueError):
+    """A state file of a comparison (status.json, done.json, metrics.json) that cannot be read: one line."""
+
+
+def read_state(path: Path) -> dict:
+    """A JSON object written by compare or its workers; StateError naming `path` when it is truncated, not
+    JSON or not an object (FileNotFoundError when it is missing)."""
+    try:
+        value = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        raise StateError(f"{path} is damaged (truncated or not JSON: {e})") from None
+    if not isinstance(value, dict):
+        raise StateError(f"{path} is damaged (a JSON {type(value).__name__}, not an object)")
+    return value
+
+
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -51,13 +69,40 @@ def drop_weights(model_dir: Path) -> int:
 
 
 class Status:
-    """status.json: {"variants": {name: {"status", "seconds", "log", "error"}}}, rewritten on each change."""
+    """status.json: {"variants": {name: {"status", "seconds", "log", "error"}}}, rewritten on each change.
+
+    A damaged status.json (truncated, not JSON, `[]`) is rebuilt from the run folders beside it (runs/NAME:
+    done.json done, error.txt failed, else pending); `rebuilt` then says so in one line (else None)."""
 
     def __init__(self, path: Path, names: Sequence[str]):
-        self.path = path
-        old = read_json(path).get("variants", {}) if path.is_file() else {}
+        self.path, self.rebuilt = path, None
+        old = {}
+        if path.is_file():
+            try:
+                old = read_state(path)["variants"]
+                if not isinstance(old, dict) or not all(isinstance(v, dict) for v in old.values()):
+                    raise StateError(f"{path} is damaged (\"variants\" is not an object of objects)")
+            except (StateError, KeyError) as e:
+                old = self._from_runs(path.parent / "runs", names)
+                why = e if isinstance(e, StateError) else f"{path} is damaged (no \"variants\")"
+                self.rebuilt = f"{why}; rebuilt from {path.parent / 'runs'}/*/done.json"
         self.variants = {**old, **{n: old.get(n, {"status": "pending"}) for n in names}}
         self.save()
+
+    @staticmethod
+    def _from_runs(runs: Path, names: Sequence[str]) -> dict:
+        found = sorted({*names, *(p.name for p in runs.iterdir() if p.is_dir())} if runs.is_dir() else names)
+        variants = {}
+        for name in found:
+            entry = {"status": "done" if (runs / name / "done.json").is_file() else
+                     "failed" if (runs / name / "error.txt").is_file() else "pending"}
+            if entry["status"] == "done":
+                try:  # compare checks each done.json itself before it skips that run
+                    entry["seconds"] = read_state(runs / name / "done.json")["seconds"]
+                except (OSError, ValueError, KeyError):
+                    pass
+            variants[name] = entry
+        return variants
 
     def set(self, name: str, **fields) -> None:
         # a field set to None is removed (e.g. the error of a failed run that now succeeded)
