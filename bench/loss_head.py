@@ -25,6 +25,7 @@ the case the paper's "practical note on K" is about; the default is Qwen2.5's te
     python bench/loss_head.py            # table
     python bench/loss_head.py --json     # one JSON object
     python bench/loss_head.py --vnum llama3 --vocab 128256 --variants answer_ce,ce_smmd,ce_ntl_was
+    python bench/loss_head.py --fused --batch 8 --seq 2048   # full logits / chunked CE / chunked CE + SMMD
 """
 
 from __future__ import annotations
@@ -229,7 +230,12 @@ def main(argv=None):
     p.add_argument("--worker", choices=["memory", "time"], help=argparse.SUPPRESS)
     p.add_argument("--variant", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
+    p.add_argument("--fused", action="store_true", help="full logits vs chunked CE vs chunked CE + SMMD from hidden "
+                   "states (the fused-CE path); issue 42's size: --batch 8 --seq 2048")
+    p.add_argument("--chunk", type=int, default=1024, help="--fused: CE rows per chunk")
     args = p.parse_args(argv)
+    if args.fused:
+        return fused_main(args)
     if args.worker:
         print(json.dumps((memory_worker if args.worker == "memory" else time_worker)(args)))
         return
@@ -284,6 +290,80 @@ def main(argv=None):
     for key, value in figures.items():
         if key.startswith(("speedup", "memory_ratio")) or "_overhead_" in key:
             print(f"{key}: {value}")
+
+
+# ---------------------------------------------------------------- fused CE: the aux from hidden states (issue 42)
+FUSED_VARIANTS = ["full_logits", "chunked_ce", "chunked_ce_smmd"]
+
+
+def fused_worker(variant, b, t, h, v, chunk, reps):
+    """One variant, forward + backward to hidden states and head weight, in this process: peak RSS growth (MB)
+    and best time (ms). Labels: the last 8 positions of each row; 6 of them digits (Qwen ids 15..24)."""
+    import torch
+    from torch.nn import functional as F
+
+    from vlm_smmd.losses import NumericObjective
+    from vlm_smmd.losses.hidden import numeric_logits
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(h, v, bias=False)
+    hidden = torch.randn(b, t, h, requires_grad=True)
+    labels = torch.full((b, t), -100)
+    labels[:, -8:] = torch.tensor([16, 17, 18, 19, 13, 20, 21, 151645]) % v
+    objective = NumericObjective(torch.arange(15, 25), torch.arange(10.0), aux="smmd")
+
+    def step():
+        shifted = labels[:, 1:]
+        keep = shifted != -100
+        if variant == "full_logits":  # every position's logits, then HF-style CE
+            logits = head(hidden[:, :-1]).float()
+            loss = F.cross_entropy(logits.reshape(-1, v), shifted.reshape(-1), reduction="sum") / keep.sum()
+        else:  # chunked CE over the B*T positions (no [B, T, V] tensor), as a fused CE kernel does
+            rows, targets = hidden[:, :-1].reshape(-1, h), shifted.reshape(-1)
+            ce = sum(F.cross_entropy(head(rows[i:i + chunk]).float(), targets[i:i + chunk], reduction="sum")
+                     for i in range(0, len(targets), chunk))
+            loss = ce / keep.sum()
+            if variant == "chunked_ce_smmd":  # + SMMD from the hidden states at the answer positions
+                bi, pi = keep.nonzero(as_tuple=True)
+                parts = objective.combine(ce, keep.sum(), numeric_logits(hidden[bi, pi], head, objective.numeric_token_ids),
+                                          shifted[bi, pi])
+                loss = parts["loss"]
+        loss.backward()
+        hidden.grad = head.weight.grad = None
+
+    base = peak_rss_mb()
+    times = []
+    for _ in range(reps + 1):
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1000)
+    return {"peak_mb": peak_rss_mb() - base, "ms": min(times[1:])}
+
+
+def fused_main(args) -> None:
+    results = {}
+    for variant in FUSED_VARIANTS:
+        code = (f"import json,sys; sys.path.insert(0, 'bench'); import loss_head as m; "
+                f"print(json.dumps(m.fused_worker({variant!r}, {args.batch}, {args.seq}, {args.hidden}, {args.vocab}, "
+                f"{args.chunk}, {args.reps})))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        results[variant] = json.loads(out.stdout.strip().splitlines()[-1])
+    ce = results["chunked_ce"]
+    figures = {"batch": args.batch, "seq": args.seq, "hidden": args.hidden, "vocab": args.vocab, "chunk": args.chunk}
+    for variant, r in results.items():
+        figures[f"{variant}_ms"], figures[f"{variant}_peak_mb"] = round(r["ms"], 1), round(r["peak_mb"], 1)
+    figures["smmd_time_vs_chunked_ce_x"] = round(results["chunked_ce_smmd"]["ms"] / ce["ms"], 3)
+    figures["smmd_memory_vs_chunked_ce_x"] = round(results["chunked_ce_smmd"]["peak_mb"] / max(ce["peak_mb"], 0.1), 3)
+    if args.json:
+        print(json.dumps(figures))
+        return
+    print(f"fused CE + aux from hidden states, fp32 CPU: B={args.batch} T={args.seq} hidden={args.hidden} "
+          f"V={args.vocab}, CE chunk {args.chunk} rows; fwd + bwd to hidden states and head weight")
+    print(f"{'variant':<18}{'ms':>10}{'peak MB':>10}")
+    for variant, r in results.items():
+        print(f"{variant:<18}{r['ms']:10.1f}{r['peak_mb']:10.1f}")
+    for key in ("smmd_time_vs_chunked_ce_x", "smmd_memory_vs_chunked_ce_x"):
+        print(f"{key}: {figures[key]}")
 
 
 if __name__ == "__main__":
