@@ -14,6 +14,9 @@ images (256 visual tokens each) with their "H:MM" answers, built by VLMCollator.
     full_none    the usual path: model(**batch, labels=labels) builds logits at every position [B, T, V]
                  and the model's own shifted CE
     full_smmd    the same + SMMD on the answer rows gathered from those full logits
+    liger_none   Liger's kernels on the model (fused linear cross-entropy: no logits at all) and
+                 NumericTrainer(fused_ce=True): the model scores CE from the labels (needs liger-kernel)
+    liger_smmd   the same + SMMD from the final hidden states and the LM head's V_num rows (issue 42)
 
 Each configuration runs in its own process (fresh CUDA allocator and DeepSpeed engine): --warmup steps,
 then --steps timed steps. A step is forward + backward + optimizer step (torch.cuda.synchronize at both
@@ -25,6 +28,7 @@ Adam states, gradient buffers); peak_over_static_mb the difference (activations,
     python bench/gpu_step.py              # table (needs a CUDA GPU and deepspeed)
     python bench/gpu_step.py --json       # one JSON object
     python bench/gpu_step.py --cpu-smoke  # the same code path on the CPU: tiny model, fp32, 1 + 1 steps
+    python bench/gpu_step.py --configs liger_none,liger_smmd   # the Liger pairing (pip install liger-kernel)
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIGS = ("answer_none", "answer_smmd", "full_none", "full_smmd")
+CONFIGS = ("answer_none", "answer_smmd", "full_none", "full_smmd", "liger_none", "liger_smmd")
 RESULT = "GPU_STEP_RESULT "
 IMAGE_PX = 448
 BATCH = 4
@@ -179,10 +183,16 @@ def worker(args) -> dict:
             logging_steps=10_000, save_strategy="no", report_to="none", disable_tqdm=True,
             dataloader_num_workers=0, seed=0,
         )
-        cls = numeric_trainer if head == "answer" else full_trainer
+        cls = full_trainer if head == "full" else numeric_trainer
+        extra = {}
+        if head == "liger":
+            from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+            _apply_liger_kernel_to_instance(model=model)  # fused linear CE replaces the LM head's logits
+            extra["fused_ce"] = True
         trainer = cls(model=model, args=train_args, train_dataset=samples, data_collator=collator,
                       processing_class=processor, objective=build_objective(LossArguments(aux=aux), collator.numeric_vocab),
-                      callbacks=[timer])
+                      callbacks=[timer], **extra)
         trainer.train()
         plugin = trainer.accelerator.state.deepspeed_plugin
         if not trainer.is_deepspeed_enabled or plugin.zero_stage != 2:
@@ -244,6 +254,10 @@ def summary(results: dict[str, dict], args) -> dict:
 
     out["smmd_step_time_ratio"] = ratio("answer_smmd", "answer_none", "step_ms")
     out["full_vs_answer_step_time_ratio"] = ratio("full_none", "answer_none", "step_ms")
+    if {"liger_none", "liger_smmd"} <= set(results):
+        out["liger_smmd_vs_liger_ce_step_time_ratio"] = ratio("liger_smmd", "liger_none", "step_ms")
+        if not args.cpu_smoke:
+            out["liger_smmd_vs_liger_ce_peak_ratio"] = ratio("liger_smmd", "liger_none", "peak_mb")
     if not args.cpu_smoke:
         out["full_vs_answer_peak_ratio"] = ratio("full_none", "answer_none", "peak_mb")
         out["full_vs_answer_activation_ratio"] = ratio("full_none", "answer_none", "peak_over_static_mb")
@@ -281,7 +295,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default 5; CPU smoke 1)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed first steps (default 2; CPU smoke 1)")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help="subset of " + ",".join(CONFIGS))
+    parser.add_argument("--configs", default=",".join(CONFIGS[:4]), help="subset of " + ",".join(CONFIGS))
     parser.add_argument("--attn", default="sdpa", help="attention implementation (sdpa | eager | flash_attention_2)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--cpu-smoke", action="store_true",
