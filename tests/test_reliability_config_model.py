@@ -70,3 +70,96 @@ def test_nested_options_from_the_command_line_go_through_the_safe_loader(tmp_pat
     # known keys pass and travel as JSON text
     _, data_args, _, _ = check_config(config, {"synthesize_options": "{plain: true, style: {hour_hand_color: red}}"})
     assert data_args.synthesize_options == '{"plain": true, "style": {"hour_hand_color": "red"}}'
+
+
+# ---------------------------------------------------------------- model folders
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """The tiny text preset saved with save_pretrained (model.safetensors, tokenizer.json, config.json)."""
+    from vlm_smmd.modeling import load_model_and_processor
+
+    folder = tmp_path_factory.mktemp("model") / "m"
+    model, tokenizer = load_model_and_processor("tiny-qwen2.5", verbose=False)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _damaged(saved_model, tmp_path, name, damage):
+    import shutil
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for path in saved_model.iterdir():  # the damaged file a copy, the rest links to the saved model
+        (shutil.copy(path, folder / path.name) if path.name == name else (folder / path.name).symlink_to(path))
+    damage(folder / name)
+    return folder
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) // 2])
+
+
+def _garble(path):
+    data = bytearray(path.read_bytes())
+    data[8:40] = b"x" * 32
+    path.write_bytes(bytes(data))
+
+
+def _pickle_code(path):
+    import os
+    import pickle
+
+    class Runs:
+        def __reduce__(self):
+            return (os.getcwd, ())
+
+    path.unlink()
+    (path.parent / "pytorch_model.bin").write_bytes(pickle.dumps({"weight": Runs()}))
+
+
+@pytest.mark.parametrize("name, damage, message", [
+    ("model.safetensors", _truncate, r"model.safetensors: unreadable weights: cut short \("),
+    ("model.safetensors", _garble, "model.safetensors: unreadable weights: its safetensors header is not JSON"),
+    ("model.safetensors", lambda p: p.write_bytes(b""), "model.safetensors: unreadable weights: empty"),
+    ("tokenizer.json", _truncate, "tokenizer.json: unreadable model file: not valid JSON"),
+    ("config.json", lambda p: p.write_text('{"model_type": "qwen2",'), "config.json"),
+    ("model.safetensors", _pickle_code, "pytorch_model.bin: refused: a pickled weights file holding more than tensors"),
+])
+def test_an_unreadable_model_file_is_one_error_naming_it(saved_model, tmp_path, name, damage, message):
+    from vlm_smmd.modeling import ModelLoadError, check_model_folder, load_model_and_processor
+
+    folder = _damaged(saved_model, tmp_path, name, damage)
+    if damage in (_truncate, _pickle_code):  # through the loader (the others take the same path)
+        with pytest.raises(ModelLoadError, match=message) as error:
+            load_model_and_processor(str(folder), verbose=False)
+    if damage is not _pickle_code:  # found by the cheap check, before transformers reads a file
+        with pytest.raises(ModelLoadError, match=message) as error:
+            check_model_folder(folder)
+    assert str(folder) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_saved_model_itself_loads(saved_model):
+    from vlm_smmd.modeling import check_model_folder, load_model_and_processor
+
+    check_model_folder(saved_model)
+    model, _ = load_model_and_processor(str(saved_model), verbose=False)
+    assert model.config.model_type == "qwen2"
+
+
+@pytest.mark.slow
+def test_eval_names_a_truncated_weights_file_in_one_line(saved_model, tmp_path):
+    folder = _damaged(saved_model, tmp_path, "model.safetensors", _truncate)
+    data = tmp_path / "gsm"
+    data.mkdir()
+    (data / "test.jsonl").write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    proc = subprocess.run([sys.executable, "-m", "vlm_smmd.cli", "eval", "--model", str(folder), "--data",
+                           f"gsm8k:{data}", "--split", "test", "--out", str(tmp_path / "ev")], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
+                                                                            "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"vlm-smmd eval: error: {folder}/model.safetensors: unreadable weights: cut short")

@@ -28,7 +28,7 @@ from .families import (
     published_ids,
 )
 
-__all__ = ["ModelLoadError", "load_model_and_processor", "load_processor", "lora_target_modules", "set_trainable",
+__all__ = ["ModelLoadError", "check_model_folder", "load_model_and_processor", "load_processor", "lora_target_modules", "set_trainable",
            "trainable_summary"]
 
 
@@ -90,6 +90,89 @@ def resolve_family(name_or_path: str):
     return family_for(model_type, where=name_or_path)
 
 
+# the files a loader reads from a model folder as JSON (from_pretrained, the tokenizer and processor)
+_LOADER_JSON = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "added_tokens.json", "vocab.json", "preprocessor_config.json",
+                "processor_config.json", "video_preprocessor_config.json", "chat_template.json", "adapter_config.json",
+                "model.safetensors.index.json")
+_HEADER_MAX = 100 << 20  # safetensors' own bound on a header
+
+
+def _check_safetensors(path: Path) -> None:
+    """ModelLoadError naming `path` unless it is a whole safetensors file: an 8-byte header length, a JSON
+    header of tensors whose data offsets all lie within the file (a truncated, garbled or empty file fails)."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < length <= min(_HEADER_MAX, size - 8):
+            why = "empty" if size == 0 else "no safetensors header (not a safetensors file, or cut short)"
+            raise ModelLoadError(f"{path}: unreadable weights: {why}")
+        try:
+            header = json.loads(f.read(length))
+        except ValueError:
+            raise ModelLoadError(f"{path}: unreadable weights: its safetensors header is not JSON (garbled)") from None
+    if not isinstance(header, dict):
+        raise ModelLoadError(f"{path}: unreadable weights: its safetensors header is not a mapping (garbled)")
+    ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"
+            and isinstance(entry, dict) and isinstance(entry.get("data_offsets"), list) and len(entry["data_offsets"]) == 2]
+    if len(ends) != len([k for k in header if k != "__metadata__"]) or not all(isinstance(e, int) for e in ends):
+        raise ModelLoadError(f"{path}: unreadable weights: its safetensors header lists tensors without data offsets")
+    if 8 + length + max(ends, default=0) > size:
+        raise ModelLoadError(f"{path}: unreadable weights: cut short ({size:,} bytes; its header needs "
+                             f"{8 + length + max(ends):,})")
+
+
+def check_model_folder(folder, *, weights: bool = True) -> None:
+    """ModelLoadError in one line naming the file, for a local model folder whose loader files do not read:
+    a JSON file (config, tokenizer, processor, a weights index) that does not parse, and, with `weights`,
+    a safetensors file (or a shard its index names) that is empty, garbled or cut short. Cheap: headers
+    only, no tensor is read."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for name in _LOADER_JSON:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_bytes())
+        except (ValueError, UnicodeDecodeError) as e:
+            why = "empty" if path.stat().st_size == 0 else f"not valid JSON ({str(e).splitlines()[0]}; cut short?)"
+            raise ModelLoadError(f"{path}: unreadable model file: {why}") from None
+        except OSError as e:
+            raise ModelLoadError(f"{path}: unreadable model file ({e.strerror or e})") from None
+    if not weights:
+        return
+    shards = {p.name for p in folder.glob("*.safetensors")}
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        found = json.loads(index.read_bytes())
+        listed = set((found.get("weight_map") or {}).values()) if isinstance(found, dict) else set()
+        missing = sorted(n for n in listed if not (folder / n).is_file())
+        if missing:
+            raise ModelLoadError(f"{index}: names weight files that are not in {folder}: {', '.join(missing[:3])}")
+        shards |= listed
+    for name in sorted(shards):
+        _check_safetensors(folder / name)
+
+
+def _pickled_weights_error(error: BaseException, folder) -> ModelLoadError | None:
+    """One line for torch's weights_only loader refusing a pickled weights file (it holds more than
+    tensors: code could run on loading), naming the file; None for other errors."""
+    import pickle
+
+    seen = error
+    while seen is not None and not isinstance(seen, pickle.UnpicklingError):
+        seen = seen.__cause__ or seen.__context__
+    if seen is None:
+        return None
+    files = sorted(p.name for p in Path(folder).glob("*.bin")) if Path(folder).is_dir() else []
+    where = Path(folder) / files[0] if len(files) == 1 else f"{folder} ({', '.join(files) or 'a pickled file'})"
+    return ModelLoadError(f"{where}: refused: a pickled weights file holding more than tensors (torch's weights_only "
+                          "loader); convert it to safetensors from a trusted copy")
+
+
 def published(hub_id: str):
     """The family of a released checkpoint whose architecture is known offline (`random_init`)."""
     family = published_family(hub_id)
@@ -109,6 +192,7 @@ def load_processor(name_or_path: str, *, min_pixels: int | None = None, max_pixe
     elif name_or_path in presets():
         processor = family.tiny_processor(min_pixels, max_pixels)
     else:
+        check_model_folder(name_or_path, weights=False)  # a broken tokenizer or config: one line naming it
         processor = family.load_processor(name_or_path, min_pixels=min_pixels, max_pixels=max_pixels,
                                           trust_remote_code=trust_remote_code)
     getattr(processor, "tokenizer", processor).padding_side = "left"
@@ -229,9 +313,15 @@ def load_model_and_processor(
         kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
+        check_model_folder(name_or_path)  # a damaged weights file: one line naming it, before transformers reads it
         try:
             model = family.model_class().from_pretrained(name_or_path, **kwargs)
-        except (OSError, ValueError) as e:
+        except Exception as e:
+            pickled = _pickled_weights_error(e, name_or_path)
+            if pickled is not None:
+                raise pickled from None
+            if not isinstance(e, (OSError, ValueError)):
+                raise
             raise ModelLoadError(f"{name_or_path}: could not load a {family.title} model ({e})") from e
     if verbose and (min_pixels or max_pixels) and family.resize_factor is None:
         print(f"note: min_pixels / max_pixels do not apply to {family.title} "
