@@ -429,6 +429,7 @@ def test_clock_chance_equals_brute_force():
     assert const["exact"] == pytest.approx(2 / 7) and const["exact_answer"] == "3:15"
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite runs it, the fast tier not
 def test_chance_counts_each_record_once_and_samples_above_the_limit(monkeypatch):
     recs = [_rec(i, str(i % 20), "1") for i in range(60)]
     once = analyze_records(recs)
@@ -451,6 +452,7 @@ def _collapsed_clock_run():
     return recs
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite runs it, the fast tier not
 def test_collapse_warning_fires_on_a_collapsed_run_only(tmp_path):
     collapsed = analyze_records(_collapsed_clock_run())
     c = collapsed["collapse"]
@@ -601,6 +603,7 @@ def test_report_names_the_run_and_plots_its_training_curve(tmp_path, capsys):
     assert series["training"]["ce"][0] == (10.0, 0.25)
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite runs it, the fast tier not
 def test_report_without_run_files_says_not_available(tmp_path):
     run_dir, pred = _planted_run(tmp_path, config=False, state=False)
     out = tmp_path / "r1"

@@ -248,6 +248,7 @@ def test_every_task_has_tiny_data():
     assert set(TINY_DATA) == set(TASKS)
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite runs it, the fast tier not
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_every_task_trains_a_step(name, tiny, tmp_path):
     TINY_DATA[name](tmp_path / name)

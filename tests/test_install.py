@@ -112,6 +112,7 @@ def third_party_imports(package: str) -> dict[str, str]:
 PEER_TRAINERS = {"swift", "llamafactory", "trl"}
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite runs it, the fast tier not
 @pytest.mark.parametrize("package, extra", [("data_synth", "synth"), ("vlm_smmd", "train")])
 def test_every_module_the_code_imports_is_declared(package, extra):
     """A module the package imports comes from a distribution its extra declares, or from a hard requirement of

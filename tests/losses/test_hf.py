@@ -291,6 +291,7 @@ def _sft_args(tmp_path):
                      max_length=None, seed=0)
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores: the full suite runs it, the fast tier not
 @pytest.mark.parametrize("preset", ["tiny-qwen2.5", "tiny"])
 def test_sft_trainer_trains_three_steps_with_the_drop_in(tmp_path, preset):
     """TRL's SFTTrainer (text, and the tiny Qwen2.5-VL preset with images): every loss it trains on equals
