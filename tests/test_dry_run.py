@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from vlm_smmd.experiments.dry_run import truncated_architecture
 from vlm_smmd.families import published_family
-from vlm_smmd.training.dry_run import truncated_architecture
 
 REPO = Path(__file__).resolve().parent.parent
 READY = ["qwen2_5_vl_3b_clock_smmd", "qwen2_5_vl_7b_chartqa_smmd", "qwen2_5_vl_7b_chartqa_smmd_lora",

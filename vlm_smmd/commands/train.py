@@ -1,6 +1,6 @@
 """`vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite] [--dry-run]`: one training run (`training.run`),
 or with --dry-run the config's real architecture at truncated depth trained 2 steps in a temporary folder
-(`training.dry_run`), which never touches output_dir.
+(`experiments.dry_run`), which never touches output_dir.
 
 Keys and our own values are checked before transformers is imported (`config.check_config`), so a typo
 is answered at once; the training stack loads in `run`.
@@ -89,7 +89,7 @@ def run(args: Args) -> int:
     from ..families import looks_like_path
 
     if args.dry_run:
-        from ..training.dry_run import dry_run
+        from ..experiments.dry_run import dry_run
 
         dry_run(args.config, args.overrides)  # prints its summary; DryRunError is one line
         return 0

@@ -207,7 +207,7 @@ def dry_run(config_path, overrides: dict | None = None, *, text_layers: int = TE
     folder (under `workdir` when given) is removed afterwards. DryRunError in one line when the config
     cannot work; bad keys and values are the ConfigError `load_config` raises."""
     from ..config import load_config, uses_deepspeed
-    from .recipe import ensure_single_process_env
+    from ..training.recipe import ensure_single_process_env
 
     if uses_deepspeed(config_path, overrides or {}):
         ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
@@ -314,7 +314,7 @@ class StepClock:
 
 def _dry_run(model_args, data_args, loss_args, train_args, folder, text_layers, vision_layers, verbose) -> dict:
     from ..families import ModelLoadError
-    from .recipe import run
+    from ..training.recipe import run
 
     started = time.perf_counter()
     with _architecture(model_args, text_layers, vision_layers) as (family, name, config, built):
@@ -369,7 +369,7 @@ def _reload_and_answer(out: Path, model_args, data_args) -> dict:
 
     from ..evaluation import generate_predictions
     from ..modeling import load_model_and_processor
-    from .datasets import read_split
+    from ..training.datasets import read_split
 
     # as `vlm-smmd eval` would, in a process of its own: the training's ZeRO-3 setting, global in
     # transformers while this process lives, would partition the reloaded model to nothing (no engine)
