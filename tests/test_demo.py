@@ -109,6 +109,7 @@ def test_demo_overwrite_keeps_the_earlier_demo_when_the_data_does_not_fit(tmp_pa
     out = tmp_path / "demo"
     (out / "bar" / "model").mkdir(parents=True)
     (out / "bar" / "model" / "config.json").write_text("{}")
+    (out / "bar" / "model" / "run_config.json").write_text("{}")  # the demo's own model folder
     assert main(["--out", str(out), "--num", "40"]) == 2  # an earlier demo: refused without --overwrite
     from vlm_smmd.config import load_config
     from vlm_smmd.experiments.demo import CONFIGS
@@ -119,3 +120,17 @@ def test_demo_overwrite_keeps_the_earlier_demo_when_the_data_does_not_fit(tmp_pa
     synthesize_if_missing(data_args)  # the earlier demo's data, rendered with --num 40
     assert main(["--out", str(out), "--num", "50", "--steps", "1", "--overwrite"]) == 1  # other settings
     assert (out / "bar" / "model" / "config.json").read_text() == "{}"  # the data error touched nothing
+
+
+def test_demo_overwrite_never_removes_a_folder_it_did_not_write(tmp_path, capsys):
+    from vlm_smmd.cli import main as cli
+
+    out = tmp_path / "demo"
+    notes = out / "bar" / "model" / "NOTES.txt"  # the user's own folder where the demo puts its model
+    notes.parent.mkdir(parents=True)
+    notes.write_text("notes")
+    (out / "bar" / "model" / "config.json").write_text("{}")
+    assert cli(["demo", "--out", str(out), "--settings", "bar", "--num", "40", "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert "was not written by vlm-smmd demo" in err and "Traceback" not in err
+    assert notes.read_text() == "notes" and not (out / "data").exists()  # refused before any work

@@ -24,6 +24,21 @@ DEFAULT = ("bar",)  # 2 min 30 s on 2 idle cores
 SUMMARY = 6  # headline figures printed per setting (the report has them all)
 
 
+def _own_folders(model_dir: Path, eval_dir: Path, report_dir: Path):
+    """(folder, whether it is the demo's own) for the three folders --overwrite replaces: a trained model
+    (run_config.json), an eval per split (each split's metrics.json or its streamed partial), a report
+    (report.md). A plain file or a symlink is never the demo's."""
+    def real(folder):
+        return folder.is_dir() and not folder.is_symlink()
+
+    def evals(folder):
+        return real(folder) and all(real(p) and ((p / "metrics.json").is_file()
+                                                 or (p / "predictions.partial.jsonl").is_file())
+                                    for p in folder.iterdir())
+    return [(model_dir, lambda f: real(f) and (f / "run_config.json").is_file()), (eval_dir, evals),
+            (report_dir, lambda f: real(f) and (f / "report.md").is_file())]
+
+
 def run_setting(name: str, out: Path, *, num: int | None = None, steps: int | None = None,
                 eval_limit: int | None = None, max_new_tokens: int = 8, overrides: dict | None = None,
                 overwrite: bool = False, replan=None) -> dict:
@@ -45,6 +60,11 @@ def run_setting(name: str, out: Path, *, num: int | None = None, steps: int | No
     if num is not None:
         values["synthesize_num"] = num
     model_args, data_args, loss_args, train_args = load_config(CONFIGS / config, values)
+    if overwrite:  # only what the demo wrote, each recognised by its own file: anything else refused, untouched
+        for folder, own in _own_folders(model_dir, eval_dir, report_dir):
+            if (folder.exists() or folder.is_symlink()) and not own(folder):
+                raise ValueError(f"{folder} was not written by vlm-smmd demo (no run_config.json, metrics.json or "
+                                      "report.md of its own); move it away or choose another --out")
     print(f"[{name} 1/4] {data_args.synthesize_num} {what} in {data_root}", flush=True)
     synthesize_if_missing(data_args)  # renders them, or reuses an identical earlier rendering
     if overwrite:
