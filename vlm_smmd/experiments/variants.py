@@ -1,7 +1,9 @@
-"""What a comparison runs: its variants (aux loss or control kernel x seed) and each one's config overrides."""
+"""What a comparison runs: its variants (aux loss or control kernel x grid point x seed) and each one's config
+overrides."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,21 +20,62 @@ class Variant:
     aux: str
     kernel_mode: str
     seed: int
+    overrides: tuple[tuple[str, str], ...] = ()  # this variant's grid point: ((key, raw value), ...)
 
     @property
     def name(self) -> str:
         return f"{self.group}-seed{self.seed}"
 
 
-def plan_variants(auxes: Sequence[str], controls: Sequence[str], seeds: Sequence[int]) -> list[Variant]:
-    """Every (group, seed), seed-major: after each round of seeds every group has a result."""
+class GridError(ValueError):
+    """A `--grid KEY=V1,V2,...` that cannot be expanded (its text; the config checks key and value types)."""
+
+
+def parse_grid(texts: Sequence[str]) -> dict[str, list[str]]:
+    """`["aux_lambda=0.1,0.3", ...]` -> {"aux_lambda": ["0.1", "0.3"]} (raw strings, typed by the config like
+    any command-line override); GridError for a missing '=', no value, a value or key given twice, or a key
+    compare sets per variant."""
+    grid: dict[str, list[str]] = {}
+    for text in texts:
+        key, eq, values = text.partition("=")
+        key = key.strip().removeprefix("--").replace("-", "_")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not eq or not key or not items:
+            raise GridError(f"--grid {text!r}: expected KEY=V1,V2,... such as aux_lambda=0.1,0.3,1")
+        if key in RESERVED:
+            raise GridError(f"--grid {text!r}: {key} is set per variant by compare; use {RESERVED[key]}")
+        if key in grid:
+            raise GridError(f"--grid {text!r}: {key} has a grid already")
+        if len(set(items)) != len(items):
+            raise GridError(f"--grid {text!r}: a value is given twice")
+        grid[key] = items
+    return grid
+
+
+def grid_label(point: Sequence[tuple[str, str]]) -> str:
+    """The group suffix of a grid point: "@aux_lambda=0.3" ("" without a grid)."""
+    return "@" + ",".join(f"{k}={v}" for k, v in point) if point else ""
+
+
+def plan_variants(auxes: Sequence[str], controls: Sequence[str], seeds: Sequence[int],
+                  grid: Mapping[str, Sequence[str]] | None = None, ungridded: Sequence[str] = ()) -> list[Variant]:
+    """Every (group, seed), seed-major: after each round of seeds every group has a result. With a grid each
+    loss runs at every point of it (group "smmd@aux_lambda=0.3"); the keys in `ungridded` (the loss options)
+    leave the CE-only baseline alone, which they do not change, so it stays one reference group."""
+    grid = dict(grid or {})
     groups = [(a, a, "value_distance") for a in auxes] + [(f"smmd-{c}", "smmd", c) for c in controls]
-    return [Variant(g, aux, mode, s) for s in seeds for g, aux, mode in groups]
+    planned = []
+    for g, aux, mode in groups:
+        keys = [k for k in grid if not (aux == BASELINE and k in ungridded)]
+        for values in itertools.product(*(grid[k] for k in keys)):
+            point = tuple(zip(keys, values))
+            planned.append((g + grid_label(point), aux, mode, point))
+    return [Variant(g, aux, mode, s, point) for s in seeds for g, aux, mode, point in planned]
 
 
 def variant_overrides(base: Mapping, variant: Variant, run_dir: Path, base_kernel_seed: int) -> dict:
-    """The config overrides of one variant: the shared ones plus aux, kernel, seed and output_dir."""
-    overrides = {**base, "aux": variant.aux, "kernel_mode": variant.kernel_mode, "seed": variant.seed,
+    """The config overrides of one variant: the shared ones, its grid point, aux, kernel, seed and output_dir."""
+    overrides = {**base, **dict(variant.overrides), "aux": variant.aux, "kernel_mode": variant.kernel_mode, "seed": variant.seed,
                  "output_dir": str(run_dir / "model")}
     if variant.kernel_mode != "value_distance":
         overrides["kernel_seed"] = base_kernel_seed + variant.seed

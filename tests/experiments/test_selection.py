@@ -1,0 +1,68 @@
+"""`compare --grid`: grid parsing, variant expansion, and the per-loss choice on the validation table."""
+
+import pytest
+
+from vlm_smmd.experiments.selection import STAGE, select
+from vlm_smmd.experiments.variants import GridError, parse_grid, plan_variants, variant_overrides
+
+
+def _mean(xs):
+    return sum(xs) / len(xs)
+
+
+def test_select_picks_best_mean_ties_to_smaller_and_lower_is_better():
+    seeds = [0, 1, 2]
+    runs = {  # loss -> lambda -> per-seed exact match
+        "smmd": {"0.1": [0.2, 0.4, 0.3], "0.3": [0.5, 0.6, 0.7], "1": [0.6, 0.5, 0.7], "3": [0.1, 0.2, 0.3]},
+        "dist2": {"3": [0.4, 0.4, 0.4], "0.1": [0.1, 0.1, 0.1], "1": [0.5, 0.3, 0.4]},  # 1 ties 3: 1 is smaller
+    }
+    scores = {loss: {(("aux_lambda", v),): dict(zip(seeds, xs)) for v, xs in points.items()}
+              for loss, points in runs.items()}
+    got = select(scores, seeds, lower_is_better=False)
+    # independent check: the best mean by brute force, smaller value on a tie
+    for loss, points in runs.items():
+        best = max(points, key=lambda v: (round(_mean(points[v]), 12), -float(v)))
+        assert got[loss]["chosen"] == {"aux_lambda": best}
+    assert got["smmd"]["chosen"] == {"aux_lambda": "0.3"}  # 0.3 and 1 tie at 0.6: the smaller wins
+    assert got["dist2"]["chosen"] == {"aux_lambda": "1"}
+    row = got["smmd"]["table"][1]
+    assert row["value"] == {"aux_lambda": "0.3"} and row["n"] == 3
+    assert row["mean"] == pytest.approx(0.6) and row["std"] == pytest.approx(0.1)
+    assert [r["value"]["aux_lambda"] for r in got["dist2"]["table"]] == ["3", "0.1", "1"]  # the whole table, as run
+
+    # a lower-is-better endpoint (mae): the smallest mean wins, ties again to the smaller weight
+    mae = {"smmd": {(("aux_lambda", "1"),): {0: 2.0, 1: 4.0}, (("aux_lambda", "0.3"),): {0: 3.0, 1: 3.0},
+                    (("aux_lambda", "3"),): {0: 5.0, 1: 1.0}, (("aux_lambda", "0.1"),): {0: 9.0, 1: 9.0}}}
+    assert select(mae, [0, 1], lower_is_better=True)["smmd"]["chosen"] == {"aux_lambda": "0.3"}
+    mae["smmd"][(("aux_lambda", "0.3"),)] = {0: 3.5, 1: 3.0}
+    assert select(mae, [0, 1], lower_is_better=True)["smmd"]["chosen"] == {"aux_lambda": "1"}
+
+
+def test_select_refuses_an_incomplete_grid():
+    scores = {"smmd": {(("aux_lambda", "0.1"),): {0: 0.9, 1: None}, (("aux_lambda", "1"),): {0: 0.1, 1: 0.2}}}
+    got = select(scores, [0, 1], lower_is_better=False)["smmd"]
+    assert got["chosen"] is None and "aux_lambda=0.1 has 1 of 2" in got["why"]
+    assert STAGE == "selection: not evidence"
+
+
+def test_parse_grid_and_variant_expansion(tmp_path):
+    grid = parse_grid(["aux_lambda=0.1,0.3", "--smmd-squash=3,9"])
+    assert grid == {"aux_lambda": ["0.1", "0.3"], "smmd_squash": ["3", "9"]}
+    variants = plan_variants(["none", "smmd"], ["shuffled"], [0, 1], {"aux_lambda": ["0.1", "1"]},
+                             ungridded=["aux_lambda"])
+    assert [v.name for v in variants[:5]] == [
+        "none-seed0", "smmd@aux_lambda=0.1-seed0", "smmd@aux_lambda=1-seed0",
+        "smmd-shuffled@aux_lambda=0.1-seed0", "smmd-shuffled@aux_lambda=1-seed0"]
+    assert len(variants) == 10 and variants[6].seed == 1
+    o = variant_overrides({"max_steps": 5}, variants[2], tmp_path, base_kernel_seed=42)
+    assert (o["aux_lambda"], o["aux"], o["seed"], o["max_steps"]) == ("1", "smmd", 0, 5)
+    # two keys: the product, and the baseline gridded where the key is no loss option
+    two = plan_variants(["none"], [], [0], {"aux_lambda": ["1", "3"], "learning_rate": ["1e-3", "1e-4"]},
+                        ungridded=["aux_lambda"])
+    assert [v.group for v in two] == ["none@learning_rate=1e-3", "none@learning_rate=1e-4"]
+    for bad, words in [("aux_lambda", "expected KEY=V1"), ("aux_lambda=", "expected KEY=V1"),
+                       ("seed=1,2", "use --seeds"), ("aux_lambda=1,1", "given twice")]:
+        with pytest.raises(GridError, match=words):
+            parse_grid([bad])
+    with pytest.raises(GridError, match="has a grid already"):
+        parse_grid(["aux_lambda=1", "aux_lambda=2"])
