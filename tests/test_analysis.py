@@ -242,6 +242,7 @@ def _write_jsonl(path, records):
     return path
 
 
+@pytest.mark.slow
 def test_analyze_cli_compares_two_runs(tmp_path, capsys):
     ce = _write_jsonl(tmp_path / "ce" / "predictions.jsonl", planted_records())
     smmd = _write_jsonl(tmp_path / "smmd" / "predictions.jsonl", perfect_records())
@@ -298,6 +299,7 @@ def test_analyze_cli_errors(tmp_path, capsys):
     assert analyze([str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]) == 1
 
 
+@pytest.mark.slow
 def test_write_report_single_run(tmp_path):
     report = write_report({"only": analyze_records(planted_records())}, tmp_path / "r")
     text = report.read_text()
@@ -305,6 +307,7 @@ def test_write_report_single_run(tmp_path):
     assert (tmp_path / "r" / "confusion_0_only.png").exists()
 
 
+@pytest.mark.slow
 def test_source_names_match_the_task_registry_case_insensitively(tmp_path):
     recs = [_rec(i, "100", "103", source=src) for i, src in enumerate(["ChartQA", "chartqa", "PLOTQA"])]
     recs += [_rec(3, "12:05", "12:05", source="Clocks"), _rec(4, "100", "103", source="my_charts"),
@@ -483,6 +486,7 @@ def test_collapse_warning_fires_on_a_collapsed_run_only(tmp_path):
     assert hour_tens["correct"] == 0 and hour_tens["missing"] == hour_tens["target_digits"] > 0
 
 
+@pytest.mark.slow
 def test_no_data_places_and_plots(tmp_path):
     a = analyze_records([_rec(0, "12.5", "12.5"), _rec(1, "3", "3")])
     b = analyze_records([_rec(0, "12.5", "n/a"), _rec(1, "3", "x")])  # nothing parses: no digits at all
@@ -585,6 +589,7 @@ def _planted_run(tmp_path, *, config=True, state=True):
     return run_dir, pred
 
 
+@pytest.mark.slow
 def test_report_names_the_run_and_plots_its_training_curve(tmp_path, capsys):
     run_dir, pred = _planted_run(tmp_path)
     assert analysis.find_run_dir(pred) == run_dir

@@ -88,10 +88,12 @@ def _name_lists(names: set[str], skip: set[Path]) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_task_names_are_written_once():
     assert _name_lists(set(TASKS), {REPO / "vlm_smmd" / "data" / "tasks.py"}) == []
 
 
+@pytest.mark.slow
 def test_loss_names_are_written_once():
     from vlm_smmd.losses import registry
 

@@ -128,6 +128,7 @@ def test_yaml_keys_spelt_with_dashes(tmp_path, capsys):
 
 # ---------------------------------------------------------------- train: data errors, existing output
 
+@pytest.mark.slow
 def test_train_data_errors_are_one_line_and_leave_no_output_folder(clocks, tmp_path, capsys):
     broken = shutil.copytree(clocks, tmp_path / "broken")
     image = sorted((broken / "train").rglob("*.png"))[0]
@@ -216,6 +217,7 @@ def trained(clocks, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_overwrite_with_a_bad_data_root_leaves_the_earlier_model(clocks, trained, tmp_path, capsys):
     """--overwrite removes the earlier run only once the new one has its data and model: a typo in
     data_root leaves every file of it as it was (no lone run_config.json)."""
@@ -230,6 +232,7 @@ def test_overwrite_with_a_bad_data_root_leaves_the_earlier_model(clocks, trained
     assert digest(out) == before
 
 
+@pytest.mark.slow
 def test_eval_on_a_checkpoint_folder_asks_with_the_training_instruction(clocks, trained, tmp_path, capsys):
     """output_dir/checkpoint-N has no run_config.json of its own: eval takes the run's from its parent.
     A model folder with none anywhere is asked without one, and eval says so."""
@@ -348,6 +351,7 @@ def test_data_synth_usage_errors_are_one_line(argv, capsys):
     assert len(err.splitlines()) == 1 and err.startswith("data-synth") and "error:" in err, err
 
 
+@pytest.mark.slow
 def test_the_pixel_limit_is_a_config_key_and_an_eval_flag(clocks, tmp_path, capsys):
     # 64 x 64 clocks are 4,096 pixels: a limit of 4,000 makes every one a bad record, named in one line
     config = write_config(tmp_path / "run.yaml", clocks, tmp_path / "model", max_image_pixels=4000)

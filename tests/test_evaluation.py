@@ -312,6 +312,7 @@ def eval_data(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_eval_end_to_end(saved_tiny_model, eval_data, tmp_path, capsys):
     from vlm_smmd.analysis import load_predictions
     from vlm_smmd.data import read_chartqa, read_clocks, read_dvqa, read_plotqa
@@ -473,6 +474,7 @@ def text_eval_data(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_eval_end_to_end_text_tasks(saved_tiny_model, text_eval_data, tmp_path, capsys):
     out = tmp_path / "eval"
     argv = ["--model", str(saved_tiny_model), "--out", str(out), "--limit", "2", "--batch-size", "2",

@@ -25,6 +25,7 @@ def _definition(ph, pm, th, tm):
     return min(d, 720 - d) <= 1, (ph % 12) == (th % 12), min(abs(pm - tm), 60 - abs(pm - tm)) <= 1
 
 
+@pytest.mark.slow
 def test_agrees_with_the_definitions_over_all_720_by_720_pairs():
     times = [(h, m) for h in range(1, 13) for m in range(60)]
     text = {t: f"{t[0]}:{t[1]:02d}" for t in times}

@@ -74,6 +74,7 @@ def test_the_core_needs_torch_and_numpy_only():
     assert train <= dev and {"pytest", "trl"} <= dev
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra, modules", [("synth", SYNTH_MODULES), ("train", TRAIN_MODULES)])
 def test_the_commands_know_the_modules_of_their_extra(extra, modules):
     """Each module the CLI names belongs to a distribution of the extra, and each distribution of the extra

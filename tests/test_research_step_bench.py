@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 PARTS = ("data", "collate", "batch", "forward", "backward", "clip", "optimizer", "other")
 
 
+@pytest.mark.slow
 def test_smoke_run_reports_each_part_of_the_step():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "research_step.py"), "--smoke", "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=600)

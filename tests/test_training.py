@@ -78,6 +78,7 @@ def test_loss_goes_down_and_parts_are_logged(tiny_model_and_processor, tmp_path)
     assert all(h["numeric_tokens"] == 10 for h in logged)
 
 
+@pytest.mark.slow
 def test_lora_merged_save_reloads_the_trained_model(tmp_path):
     from vlm_smmd.modeling import load_model_and_processor
     from vlm_smmd.training import save_final
@@ -542,6 +543,7 @@ def test_final_save_moves_config_json_last_and_replaces_an_earlier_save(tiny_mod
         assert torch.equal(a, b), name
 
 
+@pytest.mark.slow
 def test_output_lock_refuses_a_second_holder_and_not_a_dead_ones_file(tmp_path):
     """Held by another process: refused, naming its pid. Once that process is killed (SIGKILL: its .lock
     file stays), the lock is free again; a clean release removes the file."""

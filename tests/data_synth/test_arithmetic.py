@@ -205,6 +205,7 @@ def test_cli(tmp_path, capsys):
         main(["--num", "5", "--out", str(tmp_path / "bad"), "--digits", "a-b"])
 
 
+@pytest.mark.slow
 def test_sigterm_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp_path, monkeypatch):
     num = 100_000
     args = ["arithmetic", "--num", str(num), "--seed", "8", "--out", "ds", "--workers", "2", "--no-progress"]
@@ -299,6 +300,7 @@ def test_distinct_splits_share_no_problem(tmp_path):
     assert {r["operation"] for r in records(out, "test")} == set(RESEARCH["operations"])
 
 
+@pytest.mark.slow
 def test_unseen_answers_only_in_test_unseen_and_every_digit_place_in_training(tmp_path):
     out = write_arithmetic_dataset(tmp_path / "u", 20000, seed=0, distinct=True, unseen_fraction=0.2,
                                    unseen_num=1000, **RESEARCH, **QUIET)

@@ -199,6 +199,7 @@ def test_cli(tmp_path, capsys):
     assert "cannot resolve" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_pooled_chart_run_ends_cleanly_and_resumes_to_the_same_bytes(tmp_path, monkeypatch):
     log = tmp_path / "ds" / ".train.partial" / "progress.jsonl"
     args = ["charts", "--layout", "chartqa", "--num", "48", "--size", "320x240", "--out", "ds", "--workers", "2",

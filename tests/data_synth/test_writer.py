@@ -185,6 +185,7 @@ def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, group", [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["term", "ctrl-c"])
 def test_signal_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp_path, in_tmp, signum, group):
     """SIGTERM or Ctrl-C to `data-synth clocks --workers 2` ends with one line, no worker tracebacks.

@@ -38,6 +38,7 @@ def test_the_registry_and_the_package_import_without_torch():
     assert _imported_after(code) == []
 
 
+@pytest.mark.slow
 def test_the_core_imports_without_transformers():
     code = ("from vlm_smmd.losses import numeric_loss_func, NumericLossMixin, NTILLoss, NumericObjective\n"
             "from vlm_smmd.numeric import NumericVocab")
