@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from .data.tasks import SYNTHESIZERS, TASKS
+from .data.tasks import SYNTHESIZERS, TASKS, synth_writer
 from .losses.registry import AUX_LAMBDA, AUX_NAMES, LOSSES, SETTINGS, options_from_settings
 
 DATASETS = (*TASKS, "mixture")
@@ -441,20 +441,8 @@ def _check(path, overrides: dict):
     return tuple(own), values
 
 
-# the synthetic sets' writers (data_synth); the recipe passes these keywords itself, so they are no options
-SYNTH_WRITERS = {"clocks": "data_synth.writer:write_clock_dataset",
-                 "grounding": "data_synth.grounding:write_grounding_dataset",
-                 "arithmetic": "data_synth.arithmetic:write_arithmetic_dataset",
-                 "word_problems": "data_synth.word_problems:write_word_problem_dataset",
-                 "charts": "data_synth.charts:write_chart_dataset"}
 _SET_BY_RECIPE = {"out", "num", "seed", "resume", "overwrite", "layout", "split", "unseen_split"}
 _MIXTURE_KEYS = {"name", "root", "split", "weight", "limit", "label", "on_error"}  # mixture.from_spec's own
-
-
-def synth_writer(kind: str):
-    """The data_synth function that renders `synthesize: kind` (charts and bars: the chart writer)."""
-    module, _, name = SYNTH_WRITERS.get(kind, SYNTH_WRITERS["charts"]).partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def _keywords(function, set_by_caller: set[str]) -> set[str] | None:

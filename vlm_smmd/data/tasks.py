@@ -59,6 +59,19 @@ SYNTHESIZERS = {"clocks": "clocks", "chartqa": "chartqa", "plotqa": "plotqa", "d
                 "arithmetic": "arithmetic", "word_problems": "word_problems", "grounding": "grounding"}
 SIZED_SYNTHESIZERS = ("clocks", "bars")  # the kinds `synthesize_size` sets the image side of (others: their options)
 
+# the synthetic sets' writers (data_synth)
+SYNTH_WRITERS = {"clocks": "data_synth.writer:write_clock_dataset",
+                 "grounding": "data_synth.grounding:write_grounding_dataset",
+                 "arithmetic": "data_synth.arithmetic:write_arithmetic_dataset",
+                 "word_problems": "data_synth.word_problems:write_word_problem_dataset",
+                 "charts": "data_synth.charts:write_chart_dataset"}
+
+
+def synth_writer(kind: str):
+    """The data_synth function that renders `synthesize: kind` (charts and bars: the chart writer)."""
+    module, _, name = SYNTH_WRITERS.get(kind, SYNTH_WRITERS["charts"]).partition(":")
+    return getattr(import_module(module), name)
+
 
 def answer_tokens(names) -> int:
     """New tokens that the longest answers of these tasks need (eval's and compare's default)."""

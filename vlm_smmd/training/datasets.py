@@ -8,8 +8,8 @@ from pathlib import Path
 
 from torch.utils.data import Subset
 
-from ..config import ConfigError, synth_writer
-from ..data.tasks import SYNTHESIZERS, names_with
+from ..config import ConfigError
+from ..data.tasks import SYNTHESIZERS, names_with, synth_writer
 
 # Bump when the renderers draw other images for the same settings: data rendered before is then refused
 # (named as rendered with other settings) rather than silently reused.
