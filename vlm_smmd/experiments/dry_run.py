@@ -135,7 +135,7 @@ def _write_gsm8k(root: Path, splits) -> None:
 def stand_in_source(kind: str, root: Path, splits, *, data_args, model_args, factor) -> dict:
     """Write a stand-in of dataset `kind` into `root` (or say how to synthesize one): the DataArguments
     fields to use for it. DryRunError for a kind with no stand-in."""
-    from ..data.tasks import SYNTHESIZERS
+    from ..data.tasks import SYNTHESIZERS, names_with
 
     if kind == "refcoco":
         _write_refcoco(root, splits)
@@ -146,7 +146,7 @@ def stand_in_source(kind: str, root: Path, splits, *, data_args, model_args, fac
     if kind in SYNTHESIZERS:
         synth = data_args.synthesize if data_args.synthesize != "none" else kind
         options = json.loads(data_args.synthesize_options or "{}")
-        if SYNTHESIZERS[synth] in ("chartqa", "plotqa", "dvqa") and synth != "bars":
+        if SYNTHESIZERS[synth] in names_with("relaxed") and synth != "bars":  # chart layouts
             options.setdefault("size", list(_chart_size(model_args.max_pixels, factor or 28)))
             options.setdefault("questions_per_chart", 1)
         return {"data_root": str(root), "synthesize": synth, "synthesize_num": 8,
