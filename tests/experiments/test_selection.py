@@ -1,9 +1,13 @@
 """`compare --grid`: grid parsing, variant expansion, and the per-loss choice on the validation table."""
 
+from pathlib import Path
+
 import pytest
 
 from vlm_smmd.experiments.selection import STAGE, select
 from vlm_smmd.experiments.variants import GridError, parse_grid, plan_variants, variant_overrides
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _mean(xs):
@@ -66,3 +70,25 @@ def test_parse_grid_and_variant_expansion(tmp_path):
             parse_grid([bad])
     with pytest.raises(GridError, match="has a grid already"):
         parse_grid(["aux_lambda=1", "aux_lambda=2"])
+
+
+def test_compare_grid_flags(tmp_path):
+    from vlm_smmd.commands import UsageError
+    from vlm_smmd.commands.compare import parse
+
+    config = str(REPO / "configs" / "tiny_cpu_clock.yaml")
+    base = [config, "--out", str(tmp_path / "c"), "--aux", "none,smmd", "--kernel-controls", ""]
+    setting = ["--test_splits", "[test,val]", "--primary_metric", "clock_exact"]
+    args = parse([*base, "--grid", "aux_lambda=0.3,1", "--dev-seeds", "0,1,2", *setting])
+    assert args.grid_values == {"aux_lambda": ["0.3", "1"]}
+    for extra, words in [
+        (["--grid", "aux_lamda=0.3,1"], "did you mean 'aux_lambda'"),
+        (["--grid", "aux_lambda=0.3,big"], "aux_lambda: expected a number, got 'big'"),
+        (["--grid", "aux_lambda=1,3", "--aux_lambda", "2"], "also given as --aux_lambda"),
+        (["--grid", "aux_lambda=1,3", "--dev-seeds", "0"], "seed(s) 1, 2 are not among them"),
+    ]:
+        with pytest.raises(UsageError) as e:
+            parse([*base, *extra, *setting])
+        assert words in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UsageError, match="'val' among test_splits"):
+        parse([*base, "--grid", "aux_lambda=1,3", "--dev-seeds", "0,1,2"])

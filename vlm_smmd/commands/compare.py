@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import shlex
 from collections.abc import Sequence
@@ -52,7 +53,7 @@ from pathlib import Path
 
 from data_synth.args import Parser
 
-from ..config import AUX_NAMES, ConfigError, check_config, check_seeds, parse_overrides
+from ..config import AUX_NAMES, ConfigError, check_config, check_seeds, evaluated_splits, parse_overrides
 from ..data.tasks import answer_tokens
 from ..experiments.variants import KERNEL_CONTROLS, RESERVED
 from . import Output, UsageError
@@ -88,6 +89,10 @@ def build_parser() -> Parser:
                         help="keep each variant's trained weights (default: deleted once evaluated)")
     parser.add_argument("--contrast", action="append", default=[], metavar="A:B",
                         help="also test group A against group B directly (e.g. smmd:smmd-shuffled); repeatable")
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                        help="the selection stage: every loss at each value of this config key (repeatable: the "
+                             "product), on development seeds; writes selection.json, per loss the value with the "
+                             "best primary_metric on the val split (ties to the smaller value)")
     parser.add_argument("--dev-seeds", help="seeds used while building the setting (default: the config's "
                         "dev_seeds): shown, left out of every aggregate and test")
     parser.add_argument("--allow-overlap", action="store_true",
@@ -171,7 +176,32 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.dev_seed_list = _seeds(args.dev_seeds) if args.dev_seeds else list(args.data_args.dev_seeds)
     except ConfigError as e:
         raise UsageError(str(e).replace("--seeds", "--dev-seeds")) from None
+    _grid(args)
     return args
+
+
+def _grid(args) -> None:
+    """args.grid_values from --grid, each value checked against the config; the selection stage runs on
+    development seeds only and tests nothing (no --contrast)."""
+    from ..experiments.variants import GridError, check_grid, parse_grid
+
+    try:
+        args.grid_values = parse_grid(args.grid)
+        check_grid(args.grid_values, args.config, args.overrides)
+    except GridError as e:
+        raise UsageError(e) from None
+    if not args.grid_values:
+        return
+    fresh = [s for s in args.seed_list if s not in args.dev_seed_list]
+    if fresh:
+        raise UsageError(f"--grid chooses on development seeds only; seed(s) {', '.join(map(str, fresh))} are not "
+                         f"among them ({args.dev_seed_list or 'none declared'}): pass --dev-seeds or the config's "
+                         "dev_seeds, and confirm the chosen values on fresh seeds without --grid")
+    if args.contrasts:
+        raise UsageError("--grid is the selection stage, which tests nothing: drop --contrast")
+    if args.data_args.primary_metric is None or "val" not in evaluated_splits(args.data_args):
+        raise UsageError(f"--grid chooses on the primary_metric of the val split: {args.config} needs "
+                         "primary_metric and 'val' among test_splits (see docs/guide/comparing.md)")
 
 
 def output(args) -> Output:
@@ -196,7 +226,7 @@ def run(args) -> int:
 
 
 def _run(args, out: Path, lock_file: str) -> int:
-    from ..config import evaluated_splits, load_config, uses_deepspeed
+    from ..config import LossArguments, load_config, uses_deepspeed
     from ..experiments.orchestrate import data_fingerprints, held_out_check, run_compare, split_figures
     from ..experiments.store import StateError, file_sha256, read_state, write_json
     from ..experiments.threads import plan_threads
@@ -261,7 +291,8 @@ def _run(args, out: Path, lock_file: str) -> int:
     settings = {**settings, "primary": {"metric": data_args.primary_metric, "split": data_args.primary_split},
                 "dev_seeds": args.dev_seed_list, "contrasts": args.contrasts, "leakage": leakage,
                 "allow_overlap": args.allow_overlap}
-    variants = plan_variants(args.auxes, args.controls, args.seed_list)
+    variants = plan_variants(args.auxes, args.controls, args.seed_list, args.grid_values,
+                             ungridded=[f.name for f in dataclasses.fields(LossArguments)])
     spec_base = {"config": str(config), "deepspeed": uses_deepspeed(config, args.overrides), "eval": settings["eval"]}
     if args.jobs > 1 and (args.launcher or spec_base["deepspeed"]):
         raise UsageError("--jobs > 1 runs single-process variants side by side; a --launcher or DeepSpeed run "
@@ -273,7 +304,14 @@ def _run(args, out: Path, lock_file: str) -> int:
     print(f"compare: {len(variants)} variants ({len(args.auxes) + len(args.controls)} losses x "
           f"{len(args.seed_list)} seeds) into {out}", flush=True)
     print(threads.describe(), flush=True)
-    return run_compare(out, variants, settings, spec_base, overrides=args.overrides,
-                       base_kernel_seed=args.loss_args.kernel_seed,
-                       launcher=shlex.split(args.launcher) if args.launcher else None, keep_models=args.keep_models,
-                       jobs=args.jobs, env=threads.env())
+    rc = run_compare(out, variants, settings, spec_base, overrides=args.overrides,
+                     base_kernel_seed=args.loss_args.kernel_seed,
+                     launcher=shlex.split(args.launcher) if args.launcher else None, keep_models=args.keep_models,
+                     jobs=args.jobs, env=threads.env())
+    if args.grid_values:  # the selection stage: the choice per loss from the val table (not evidence)
+        from ..experiments.selection import write_selection
+
+        chosen = write_selection(out, variants, settings, args.dev_seed_list)["losses"]
+        print(f"selection (not evidence) in {out / 'selection.json'}: " + "; ".join(
+            f"{loss} {e['chosen'] or e.get('why')}" for loss, e in chosen.items()), flush=True)
+    return rc

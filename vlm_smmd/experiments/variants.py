@@ -52,6 +52,21 @@ def parse_grid(texts: Sequence[str]) -> dict[str, list[str]]:
     return grid
 
 
+def check_grid(grid: Mapping[str, Sequence[str]], config: Path, overrides: Mapping[str, str]) -> None:
+    """Each grid value is checked as the config would take it on the command line (an unknown key gets a
+    suggestion, a value of the wrong type its expected type): GridError naming the key, else None."""
+    from ..config import ConfigError, check_config
+
+    for key, values in grid.items():
+        if key in overrides:
+            raise GridError(f"--grid {key}: also given as --{key}; give it in one place")
+        for value in values:
+            try:
+                check_config(config, {**overrides, key: value})
+            except ConfigError as e:
+                raise GridError(f"--grid {key}={','.join(values)}: {e}") from None
+
+
 def grid_label(point: Sequence[tuple[str, str]]) -> str:
     """The group suffix of a grid point: "@aux_lambda=0.3" ("" without a grid)."""
     return "@" + ",".join(f"{k}={v}" for k, v in point) if point else ""
