@@ -10,6 +10,7 @@ from torch.utils.data import Subset
 
 from ..config import ConfigError
 from ..data.tasks import SYNTHESIZERS, names_with, synth_writer
+from .guards import waiting_lock
 
 # Bump when the renderers draw other images for the same settings: data rendered before is then refused
 # (named as rendered with other settings) rather than silently reused.
@@ -22,11 +23,22 @@ def synthesize_if_missing(data_args) -> None:
 
     Clocks, grounding, arithmetic and word problems write every split at once (their `splits` option); charts are written one
     split at a time: the training split, the eval split and every test split (`test_splits`); with the option
-    unseen_fraction, a split whose name holds "unseen" gets only the held-out values, the others none."""
+    unseen_fraction, a split whose name holds "unseen" gets only the held-out values, the others none.
+
+    One process at a time renders a data_root: a lock on DATA_ROOT.lock beside it; a second run waits
+    for the first and then reuses (or resumes) what it rendered, never touching a folder being written."""
     kind = data_args.synthesize
     if kind == "none" or data_args.data_root is None:
         return
     root = Path(data_args.data_root)
+    if SYNTHESIZERS[kind] not in names_with("relaxed") and (root / "synthesize.json").exists():
+        _synthesize(data_args, kind, root)  # rendered already: only checked, no lock (a read-only parent is fine)
+        return
+    with waiting_lock(root.parent / f"{root.name}.lock", f"rendering {root}"):
+        _synthesize(data_args, kind, root)
+
+
+def _synthesize(data_args, kind: str, root: Path) -> None:
     options = json.loads(data_args.synthesize_options or "{}")
     if SYNTHESIZERS[kind] not in names_with("relaxed"):  # not a chart layout: every split at once
         wanted = {"kind": kind, "num": data_args.synthesize_num, "seed": data_args.synthesize_seed, "options": options,

@@ -1,6 +1,6 @@
 """Guards of a training run: it stops at the first non-finite loss, gradient or weight (`DivergenceGuard`),
-no non-finite weights are saved (`check_finite_weights`), and one run at a time writes an output folder
-(`output_lock`)."""
+no non-finite weights are saved (`check_finite_weights`), one run at a time writes an output folder
+(`output_lock`), and one at a time renders a data_root (`waiting_lock`: the others wait for it)."""
 
 from __future__ import annotations
 
@@ -158,3 +158,38 @@ def output_lock(folder, *, take: bool = True):
         with contextlib.suppress(OSError):  # the folders made for the lock, if the run wrote nothing there
             for made in created:
                 made.rmdir()
+
+
+@contextlib.contextmanager
+def waiting_lock(path, what: str):
+    """Hold an exclusive `flock` on the file `path` (created, with its folder, if missing) for the body,
+    waiting for a holder to finish first: then prints once "waiting for pid N, which is WHAT". The file
+    holds "pid N on HOST" and is removed on exit while still locked (a waiter that opened it then sees it
+    gone and locks the new one, as in `output_lock`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    told = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not told:
+                holder = _holder(path).removeprefix("pid ").split(" on ")[0]
+                print(f"waiting for pid {holder}, which is {what}", flush=True)
+                told = True
+            fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder ends (or dies: the kernel drops it)
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
