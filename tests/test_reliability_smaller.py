@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 
 def test_second_render_of_one_data_root_waits_then_reuses(tmp_path, capsys, monkeypatch):
     """Two trains rendering one new data_root at once: the second waits for the first (a lock beside the
@@ -55,3 +57,27 @@ def test_second_render_of_one_data_root_waits_then_reuses(tmp_path, capsys, monk
     assert "reusing the synthetic data" in seen
     assert len(list((root / "train").rglob("*.png"))) == 9
     assert not (tmp_path / "clocks.lock").exists()  # removed by its holder on exit
+
+
+@pytest.mark.parametrize("answer", ["１２:３０", "١٢:٣٠", "1２"])
+def test_training_preflight_refuses_non_ascii_digits(tiny_processor, tmp_path, answer):
+    """One digit rule at train time: eval scores Unicode digits as text, so the preflight refuses them with
+    one line naming the image file and record, or counts a skip under on_error=skip."""
+    from PIL import Image
+
+    from vlm_smmd.data import DataError, Sample
+    from vlm_smmd.data.collator import VLMCollator
+    from vlm_smmd.data.preflight import preflight
+
+    image = tmp_path / "clock.png"
+    Image.new("RGB", (56, 56), "white").save(image)
+    records = [Sample(str(image), "What time is it?", "12:30", "clocks", "r0"),
+               Sample(str(image), "What time is it?", answer, "clocks", "r1")]
+    collator = VLMCollator(tiny_processor)
+    with pytest.raises(DataError) as err:
+        preflight(records, collator, name="train", cache_dir=tmp_path / "c1", progress=False)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{image}: non-ASCII digits")
+    assert "record 'r1' of clocks" in message
+    result = preflight(records, collator, name="train", on_error="skip", cache_dir=tmp_path / "c2", progress=False)
+    assert result.kept == [0] and result.skipped == {"non-ASCII digits": 1}

@@ -1,7 +1,8 @@
 """Preflight: check every record of a training or eval set once, before the model loads.
 
-Each record must load (its image decodes and has a size the family can use), have a non-empty answer and
-no special-token text, and fit `max_length` tokens (counted as the collator would build it, without pixel
+Each record must load (its image decodes and has a size the family can use), have a non-empty answer with
+no digit other than ASCII 0-9 (eval scores "１２:３０" or "١٢" as text: `metrics`' digit rule, so training on
+it would teach what eval marks wrong), no special-token text, and fit `max_length` tokens (counted as the collator would build it, without pixel
 values: `VLMCollator.measure`). Under on_error="raise" the first problem stops the run with the
 DataError naming the file and record; under "skip" bad records are dropped up front, counted once per
 record by reason, and reported once. The surviving records' token lengths are kept, so
@@ -27,7 +28,7 @@ from pathlib import Path
 from .sample import DataError, SkipLog, check_on_error
 
 CHUNK = 64  # records per task sent to a worker
-VERSION = 1  # bump when the checks change
+VERSION = 2  # bump when the checks change (2: the digit rule)
 
 
 def default_cache_dir() -> Path:
@@ -112,6 +113,20 @@ def fingerprint(dataset, collator, max_length: int | None, on_error: str) -> str
 _STATE: dict = {}
 
 
+def _check_digits(sample) -> None:
+    """DataError naming the image file (where there is one) and the record when the answer has a Unicode
+    digit that is not ASCII 0-9 (full-width, Arabic-Indic, ...)."""
+    answer = sample.answer
+    if not isinstance(answer, str) or answer.isascii():
+        return
+    bad = next((c for c in answer if c.isdigit() and not c.isascii()), None)
+    if bad is None:
+        return
+    where = f"{sample.image}: " if isinstance(sample.image, (str, os.PathLike)) else ""
+    raise DataError(f"{where}non-ASCII digits in the answer {answer!r} ({bad!r} is U+{ord(bad):04X}; eval reads "
+                    f"only 0-9, so it would score this answer as text) (record {sample.id!r} of {sample.source})")
+
+
 def _check_range(bounds: tuple[int, int]) -> list[tuple[int, int | None, str | None]]:
     """(index, length or None, error message or None) for records [start, stop)."""
     dataset, collator, max_length = _STATE["dataset"], _STATE["collator"], _STATE["max_length"]
@@ -119,6 +134,7 @@ def _check_range(bounds: tuple[int, int]) -> list[tuple[int, int | None, str | N
     for i in range(*bounds):
         try:
             sample = dataset[i]
+            _check_digits(sample)
             length = collator.measure(sample)
             if max_length is not None and length > max_length:
                 raise DataError(f"sample too long: {length} tokens > max_length {max_length} "

@@ -219,7 +219,7 @@ class SkipLog:
 
 def _reason(message: str) -> str:
     for reason in ("image missing", "image too large", "unreadable image", "leaves the dataset root",
-                   "malformed record", "non-numeric answer", "too long"):
+                   "malformed record", "non-numeric answer", "too long", "non-ASCII digits"):
         if reason in message:
             return reason
     return "invalid record"
