@@ -87,3 +87,32 @@ def test_every_ready_config_dry_runs(name):
     result = run_cli(f"configs/{name}.yaml", "--dry-run", timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "dry run passed" in result.stdout and "2 text layers" in result.stdout
+
+
+def test_counting_on_the_meta_device_ignores_zero3_and_leaves_it_set():
+    """A stage-3 DeepSpeed config (global in transformers once TrainingArguments names one) made the meta-device
+    count of a vision model fail ("Cannot copy out of meta tensor"): the count turns it off, then back on."""
+    from transformers.integrations.deepspeed import (
+        HfDeepSpeedConfig,
+        is_deepspeed_zero3_enabled,
+        set_hf_deepspeed_config,
+        unset_hf_deepspeed_config,
+    )
+
+    from vlm_smmd.config import ModelArguments
+    from vlm_smmd.experiments.dry_run import _counts
+
+    held = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    set_hf_deepspeed_config(held)
+    try:
+        total, trainable, _ = _counts("tiny", ModelArguments(model_name_or_path="tiny", freeze_vision=True))
+        assert is_deepspeed_zero3_enabled()
+    finally:
+        unset_hf_deepspeed_config()
+    assert 0 < trainable < total  # the vision tower is frozen, so it was built and counted
+
+
+def test_train_help_names_the_dry_run():
+    result = run_cli("--help")
+    assert result.returncode == 0 and "[--dry-run]" in result.stdout.splitlines()[0]
+    assert "--dry-run: build the config's released architecture" in result.stdout

@@ -557,12 +557,16 @@ def train_command_line(argv: list[str]) -> tuple[str | None, dict, bool]:
 
 def train_help() -> str:
     """`vlm-smmd train --help`: the command line and every key of our dataclasses."""
-    lines = ["usage: vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite]", "",
+    lines = ["usage: vlm-smmd train CONFIG.yaml [--key value ...] [--overwrite] [--dry-run]", "",
              "A config is a flat YAML mapping; any key can be overridden on the command line as --key value",
              "(or --key=value; a bare --flag means true). Keys are spelt with underscores; dashes work too (--max-steps).",
              "--overwrite: train into an output_dir that already holds a trained model (config.json, weights,",
              "trainer_state.json or checkpoint-*; they are removed first); without it such a folder is refused",
-             "unless resume_from_checkpoint is set.", ""]
+             "unless resume_from_checkpoint is set.",
+             "--dry-run: build the config's released architecture at its real widths but 2 text layers / 2 vision",
+             "blocks, train 2 steps of one sample on the CPU (dtype, LoRA, checkpointing, DeepSpeed over gloo and",
+             "pixels as configured), save, reload and answer one sample, all in a temporary folder (output_dir is",
+             "never touched); a config whose options do not go together fails in one line.", ""]
     for cls in OWN_CLASSES:
         lines.append(f"{cls.__name__}:")
         for f in fields(cls):

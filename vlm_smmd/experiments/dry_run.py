@@ -276,13 +276,30 @@ def freeze_vocabulary(model) -> int:
     return frozen
 
 
+@contextlib.contextmanager
+def _no_zero3_init():
+    """transformers' ZeRO-3 setting (global once TrainingArguments names a stage-3 config) off for the block:
+    under it `from_config` partitions and initialises each sub-model's weights, which a meta-device build has
+    none of (a vision tower's rotary buffer: "Cannot copy out of meta tensor")."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    ref = hf_deepspeed._hf_deepspeed_config_weak_ref
+    held = ref() if ref is not None else None
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        if held is not None:
+            hf_deepspeed.set_hf_deepspeed_config(held)
+
+
 def _counts(name, model_args):
     """(parameters, trainable parameters) of the model the run builds, counted on the meta device."""
     import torch
 
     from ..modeling import load_model_and_processor
 
-    with torch.device("meta"):
+    with _no_zero3_init(), torch.device("meta"):
         model, _ = load_model_and_processor(
             name, dtype=model_args.torch_dtype, random_init=model_args.random_init, freeze_vision=model_args.freeze_vision,
             freeze_merger=model_args.freeze_merger, freeze_language=model_args.freeze_language,
