@@ -50,8 +50,8 @@ def test_select_refuses_an_incomplete_grid():
 
 
 def test_parse_grid_and_variant_expansion(tmp_path):
-    grid = parse_grid(["aux_lambda=0.1,0.3", "--smmd-squash=3,9"])
-    assert grid == {"aux_lambda": ["0.1", "0.3"], "smmd_squash": ["3", "9"]}
+    grid = parse_grid(["aux_lambda=0.1,0.3", "--squash=3,9"])
+    assert grid == {"aux_lambda": ["0.1", "0.3"], "squash": ["3", "9"]}
     variants = plan_variants(["none", "smmd"], ["shuffled"], [0, 1], {"aux_lambda": ["0.1", "1"]},
                              ungridded=["aux_lambda"])
     assert [v.name for v in variants[:5]] == [
