@@ -187,3 +187,17 @@ def test_eval_end_to_end_on_rendered_clocks(tmp_path, capsys):
     records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [r["target"] for r in records] == ["12:05", "3:40"]
     assert [r["meta"]["subset"] for r in records] == ["coco", "coco"]
+
+
+def test_export_says_how_many_rows_are_present(tmp_path, capsys):
+    """A harness task built from part of a published set says so, as eval does: its figures cover n of N rows."""
+    from vlm_smmd.cli import main as cli
+
+    rows = [csv_row(i, f"{i:012d}.jpg", 3, 20, [20, 20, 100, 100]) for i in range(3)]
+    root = write_set(tmp_path / "iat", rows, images=[f"{i:012d}.jpg" for i in range(2)])
+    assert cli(["export", "lmms-eval", "--data", f"itsabouttime:{root}", "--out", str(tmp_path / "task")]) == 0
+    out = capsys.readouterr().out
+    assert "2 records" in out and "instruction none" in out
+    assert "itsabouttime: 2 of 3 rows present; 1 images missing (e.g. 000000000002.jpg)" in out
+    marker = json.loads((tmp_path / "task" / "vlm_smmd_export.json").read_text())
+    assert marker["coverage"]["present"] == 2 and marker["coverage"]["rows"] == 3

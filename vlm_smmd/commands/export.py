@@ -62,6 +62,7 @@ def output(args) -> Output:
 
 
 def run(args) -> int:
+    from ..data.itsabouttime import coverage_line
     from ..evaluation import training_prompts
     from ..harness import export_lmms_eval, export_vlmevalkit
 
@@ -78,8 +79,10 @@ def run(args) -> int:
     else:
         done = export_vlmevalkit(kind, root, args.out, **options)
     skipped = f", {done['skipped']} skipped" if done["skipped"] else ""
-    print(f"{kind}:{root} ({args.split}): {done['count']} records{skipped}; instruction "
-          f"{done['instruction']!r}")
+    asked = repr(done["instruction"]) if done["instruction"] else "none (the question as it is)"
+    print(f"{kind}:{root} ({args.split}): {done['count']} records{skipped}; instruction {asked}")
+    if "coverage" in done:  # a published set held in part: the harness's figures cover these rows only
+        print(f"{kind}: {coverage_line(done['coverage'])}")
     if args.harness == "lmms-eval":
         print(f"task {done['task']}: {done['yaml']}, {done['data_file']} (max_new_tokens {done['max_new_tokens']}; "
               f"metrics {', '.join(done['metrics'])})")

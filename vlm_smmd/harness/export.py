@@ -74,8 +74,9 @@ def _category(sample, kind: str) -> str:
 
 
 def _records(kind: str, root, split: str, instruction: str | None, limit: int | None, on_error: str):
-    """(record, png bytes or None) per usable sample, the score keys, and the count of records skipped
-    (by the reader and here) under on_error="skip"."""
+    """(record, png bytes or None) per usable sample, the score keys, the count of records skipped (by the
+    reader and here) under on_error="skip", and the reader's coverage of a published set (It's About Time:
+    rows whose image is missing), or None."""
     check_on_error(on_error)
     spec = task(kind)
     if spec.metric not in EXPORT_METRICS:
@@ -112,7 +113,7 @@ def _records(kind: str, root, split: str, instruction: str | None, limit: int | 
         raise ValueError(f"{kind}:{root}: split {split!r} holds no usable records to export")
     if log.total:
         log.report()
-    return out, score_keys, log.total + int(getattr(dataset, "skipped", 0) or 0)
+    return out, score_keys, log.total + int(getattr(dataset, "skipped", 0) or 0), getattr(dataset, "coverage", None)
 
 
 def _prepare(out: Path, overwrite: bool) -> None:
@@ -184,7 +185,7 @@ def export_lmms_eval(kind: str, root, out_dir, *, split: str = "test", instructi
     """Write the lmms-eval task folder of `split` of `kind` under `root` into `out_dir` (module docstring);
     returns what was written: task, count, skipped, yaml, data, metrics."""
     name = _check_name(task_name or default_task_name(kind))
-    records, score_keys, skipped = _records(kind, root, split, instruction, limit, on_error)
+    records, score_keys, skipped, coverage = _records(kind, root, split, instruction, limit, on_error)
     out = Path(out_dir)
     _prepare(out, overwrite)
     (out / "images").mkdir(exist_ok=True)
@@ -198,7 +199,7 @@ def export_lmms_eval(kind: str, root, out_dir, *, split: str = "test", instructi
     data_file = f"{split}.jsonl"
     (out / data_file).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     info = {"harness": "lmms-eval", "task": name, "data": f"{kind}:{root}", "split": split, "count": len(records),
-            "instruction": instruction, "skipped": skipped}
+            "instruction": instruction, "skipped": skipped, **({"coverage": coverage} if coverage else {})}
     tokens = max_new_tokens or answer_tokens([kind])
     (out / f"{name}.yaml").write_text(_task_yaml(name, split, data_file, tokens, score_keys, info), encoding="utf-8")
     (out / "utils.py").write_text(render_utils(score_keys, header=f"Hooks and scorer of the lmms-eval task {name} "
@@ -216,7 +217,7 @@ def export_vlmevalkit(kind: str, root, out_dir, *, split: str = "test", instruct
                       overwrite: bool = False) -> dict:
     """Write `out_dir`/NAME.tsv, the VLMEvalKit benchmark of `split` of `kind` under `root` (module docstring)."""
     name = _check_name(task_name or default_task_name(kind))
-    records, _, skipped = _records(kind, root, split, instruction, limit, on_error)
+    records, _, skipped, coverage = _records(kind, root, split, instruction, limit, on_error)
     out = Path(out_dir)
     _prepare(out, overwrite)
     tsv = out / f"{name}.tsv"
@@ -228,7 +229,7 @@ def export_vlmevalkit(kind: str, root, out_dir, *, split: str = "test", instruct
                              record["prompt"], record["targets"][0], record["category"], record["source"],
                              record["id"], json.dumps(record["targets"], ensure_ascii=False)])
     info = {"harness": "vlmevalkit", "task": name, "data": f"{kind}:{root}", "split": split, "count": len(records),
-            "instruction": instruction, "skipped": skipped}
+            "instruction": instruction, "skipped": skipped, **({"coverage": coverage} if coverage else {})}
     _mark(out, [tsv.name], info)
     return {**info, "tsv": tsv}
 
