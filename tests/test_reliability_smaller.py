@@ -81,3 +81,28 @@ def test_training_preflight_refuses_non_ascii_digits(tiny_processor, tmp_path, a
     assert "record 'r1' of clocks" in message
     result = preflight(records, collator, name="train", on_error="skip", cache_dir=tmp_path / "c2", progress=False)
     assert result.kept == [0] and result.skipped == {"non-ASCII digits": 1}
+
+
+def test_eval_bounds_huge_meta_fields_in_prediction_records(tiny_model_and_processor):
+    """A huge metadata field is not copied whole into the prediction record: every string meta value over
+    MAX_META_CHARS is cut with a marker giving its length, and the record lists the keys cut."""
+    import json
+
+    from tests.conftest import make_image
+    from vlm_smmd.data import Sample
+    from vlm_smmd.evaluation import MAX_META_CHARS, generate_predictions
+
+    model, processor = tiny_model_and_processor
+    huge, long_item = "n" * 5_000_000, "b" * (MAX_META_CHARS + 1)
+    meta = {"split": "test", "notes": huge, "style": {"hands": "plain", "log": [long_item, "short"]},
+            "edge": "e" * MAX_META_CHARS}
+    sample = Sample(make_image(56, 56), "What time is it?", "3:15", "clocks", "r0", meta)
+    [record] = generate_predictions(model, processor, [sample], batch_size=1, max_new_tokens=2, progress=False)
+    kept = record["meta"]
+    assert kept["notes"] == "n" * MAX_META_CHARS + "[... cut: 5000000 characters in all]"
+    assert kept["style"]["log"] == ["b" * MAX_META_CHARS + f"[... cut: {MAX_META_CHARS + 1} characters in all]",
+                                    "short"]
+    assert kept["edge"] == meta["edge"] and kept["style"]["hands"] == "plain" and kept["split"] == "test"
+    assert record["meta_cut"] == ["notes", "style.log.0"]
+    assert len(json.dumps(record)) < 4 * MAX_META_CHARS
+    assert len(sample.meta["notes"]) == 5_000_000  # the sample itself is left as it was

@@ -7,7 +7,8 @@ DIR/metrics.json. The Python API (`generate_predictions`, `extract_answer`, `sco
 
 A prediction record: id, source, split, question, target (the training answer), targets (every accepted
 label: ChartQA keeps several), prediction (the extracted answer), raw_output (the decoded new tokens),
-meta (the sample's meta, JSON-safe), image (the absolute path of its image file, for samples read from
+meta (the sample's meta, JSON-safe; a string value longer than MAX_META_CHARS is cut to that many characters
+plus a marker "[... cut: N characters in all]", and the record's meta_cut lists the dotted keys cut), image (the absolute path of its image file, for samples read from
 one; the analysis draws a few for grounding) and scores:
 - every source: exact_match (`metrics.exact_match`, case-insensitive, max over targets);
 - chartqa, plotqa, dvqa: relaxed_accuracy (ChartQA convention, max over targets);
@@ -189,6 +190,21 @@ def json_safe(value):
     return str(value)
 
 
+MAX_META_CHARS = 10_000  # a longer string meta value is cut in the prediction record (a 1 GiB field once killed eval)
+
+
+def _bounded(value, key: str, cut: list[str]):
+    """`value` (JSON-safe) with every string over MAX_META_CHARS cut and marked; the dotted keys go to `cut`."""
+    if isinstance(value, str) and len(value) > MAX_META_CHARS:
+        cut.append(key)
+        return f"{value[:MAX_META_CHARS]}[... cut: {len(value)} characters in all]"
+    if isinstance(value, dict):
+        return {k: _bounded(v, f"{key}.{k}" if key else k, cut) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bounded(v, f"{key}.{i}", cut) for i, v in enumerate(value)]
+    return value
+
+
 def sample_targets(sample) -> list[str]:
     """Every accepted label of a sample: for the text tasks [meta["final_answer"]] (the exact final number,
     whatever the training target), else `meta["answers"]` when the reader kept several, else [answer]."""
@@ -308,12 +324,15 @@ def _record(sample, raw_output: str) -> dict:
         scores = score_prediction(prediction, targets, sample.source, sample.meta)
     except ValueError as e:
         raise DataError(f"malformed record: cannot score record {sample.id!r} of {sample.source}: {e}") from None
-    meta = json_safe(sample.meta) if isinstance(sample.meta, Mapping) else {}
+    cut: list[str] = []
+    meta = _bounded(json_safe(sample.meta), "", cut) if isinstance(sample.meta, Mapping) else {}
     record = {
         "id": str(sample.id), "source": sample.source, "split": meta.get("split"), "question": sample.question,
         "target": sample.answer, "targets": targets, "prediction": prediction, "raw_output": raw_output,
         "meta": meta, "scores": scores,
     }
+    if cut:
+        record["meta_cut"] = cut
     if isinstance(sample.image, (str, os.PathLike)):  # where the analysis finds the image for its example plots
         record["image"] = os.path.abspath(sample.image)
     return record
