@@ -313,5 +313,6 @@ def _run(args, out: Path, lock_file: str) -> int:
 
         chosen = write_selection(out, variants, settings, args.dev_seed_list)["losses"]
         print(f"selection (not evidence) in {out / 'selection.json'}: " + "; ".join(
-            f"{loss} {e['chosen'] or e.get('why')}" for loss, e in chosen.items()), flush=True)
+            f"{loss} {e['chosen'] if e['chosen'] is not None else e.get('why')}" for loss, e in chosen.items()
+            if e["chosen"] != {}), flush=True)  # {}: a group the grid leaves alone (CE only)
     return rc
