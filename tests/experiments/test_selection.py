@@ -92,3 +92,49 @@ def test_compare_grid_flags(tmp_path):
         assert words in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(UsageError, match="'val' among test_splits"):
         parse([*base, "--grid", "aux_lambda=1,3", "--dev-seeds", "0,1,2"])
+
+
+def _plant(out, variant, predictions, targets):
+    """A finished run as compare leaves it: val/predictions.jsonl and done.json."""
+    import json
+
+    run_dir = out / "runs" / variant.name
+    (run_dir / "val").mkdir(parents=True)
+    (run_dir / "val" / "predictions.jsonl").write_text("".join(
+        json.dumps({"id": str(i), "source": "clocks", "question": "q", "prediction": p, "target": t,
+                    "targets": [t]}) + "\n" for i, (p, t) in enumerate(zip(predictions, targets))))
+    (run_dir / "done.json").write_text(json.dumps({"variant": variant.name, "figures": {}}))
+
+
+def test_write_selection_reads_the_val_runs_of_dev_seeds(tmp_path):
+    import json
+
+    from vlm_smmd.experiments.selection import write_selection
+    from vlm_smmd.experiments.store import Status
+
+    variants = plan_variants(["none", "smmd"], [], [0, 1, 7], {"aux_lambda": ["1", "0.3"]}, ungridded=["aux_lambda"])
+    targets = ["3:15", "10:07", "6:30", "12:45"]
+    right = {  # per run, how many of the 4 it answers exactly
+        "none-seed0": 1, "none-seed1": 2, "smmd@aux_lambda=1-seed0": 3, "smmd@aux_lambda=1-seed1": 2,
+        "smmd@aux_lambda=0.3-seed0": 2, "smmd@aux_lambda=0.3-seed1": 3,  # 0.3 ties 1 on exact match
+        "smmd@aux_lambda=0.3-seed7": 0, "smmd@aux_lambda=1-seed7": 4, "none-seed7": 4}  # seed 7: not a dev seed
+    far = {"smmd@aux_lambda=0.3-seed0"}
+    status = Status(tmp_path / "status.json", [v.name for v in variants])
+    for v in variants:
+        k = right[v.name]
+        miss = "1:45" if v.name in far else "12:50"
+        # a miss: 12:45 read as 12:50 (or 1:45), the others with a last digit 9 (10:07 as 10:09)
+        _plant(tmp_path, v, targets[:k] + [miss if t == "12:45" else t[:-1] + "9" for t in targets[k:]], targets)
+        status.set(v.name, status="done", seconds=1.0)
+    settings = {"primary": {"metric": "exact_match", "split": "test"}}
+    got = write_selection(tmp_path, variants, settings, dev_seeds=[0, 1])
+    assert got == json.loads((tmp_path / "selection.json").read_text())
+    assert got["stage"] == "selection: not evidence" and got["seeds"] == [0, 1] and not got["lower_is_better"]
+    smmd = got["losses"]["smmd"]
+    assert [r["value"] for r in smmd["table"]] == [{"aux_lambda": "1"}, {"aux_lambda": "0.3"}]
+    assert [r["mean"] for r in smmd["table"]] == [pytest.approx(0.625), pytest.approx(0.625)]
+    assert smmd["chosen"] == {"aux_lambda": "0.3"}  # tie on the dev seeds; seed 7 would have picked 1
+    assert got["losses"]["none"]["chosen"] == {}  # the CE-only group is not gridded
+    # a lower-is-better endpoint: the time gap, where 0.3's far miss makes it worse
+    gap = write_selection(tmp_path, variants, {"primary": {"metric": "mean_time_gap_min"}}, dev_seeds=[0, 1])
+    assert gap["lower_is_better"] and gap["losses"]["smmd"]["chosen"] == {"aux_lambda": "1"}
