@@ -106,3 +106,51 @@ def test_eval_bounds_huge_meta_fields_in_prediction_records(tiny_model_and_proce
     assert record["meta_cut"] == ["notes", "style.log.0"]
     assert len(json.dumps(record)) < 4 * MAX_META_CHARS
     assert len(sample.meta["notes"]) == 5_000_000  # the sample itself is left as it was
+
+
+def test_clocks_reader_counts_duplicated_records_in_one_note(tmp_path):
+    """The same metadata line twice, or another line with the same id, is kept and counted in one warning
+    line naming the file (neither dropped silently nor an error)."""
+    import json
+    import warnings
+
+    from PIL import Image
+
+    from vlm_smmd.data import read_clocks
+
+    split = tmp_path / "train"
+    (split / "extra").mkdir(parents=True)
+    for name in ("a.png", "b.png", "extra/a.png"):
+        Image.new("RGB", (8, 8)).save(split / name)
+    rows = [("a.png", "3:15"), ("b.png", "4:00"), ("a.png", "3:15"), ("extra/a.png", "5:20")]
+    (split / "metadata.jsonl").write_text("".join(
+        json.dumps({"file_name": f, "question": "What time is it?", "answer": a}) + "\n" for f, a in rows))
+    with pytest.warns(UserWarning) as caught:
+        samples = read_clocks(tmp_path, "train")
+    [note] = [str(w.message) for w in caught]
+    assert len(samples) == 4  # kept
+    assert note.startswith(f"clocks: {split / 'metadata.jsonl'}: 2 duplicated records (2 with an id seen before)")
+    assert "\n" not in note
+    (split / "metadata.jsonl").write_text("".join(
+        json.dumps({"file_name": f, "question": "q", "answer": a}) + "\n" for f, a in rows[:2]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no note without duplicates
+        assert len(read_clocks(tmp_path, "train")) == 2
+
+
+def test_analyze_notes_duplicated_prediction_records(tmp_path, capsys):
+    import json
+
+    from vlm_smmd.cli import main
+
+    records = [{"id": i, "source": "chartqa", "question": f"q{i}", "target": str(10 + i), "prediction": "11",
+                "image": "/data/c.png"} for i in range(4)]
+    records += [records[1], {**records[2], "id": 9}]  # the same id again; another id, same image/question/target
+    pred = tmp_path / "predictions.jsonl"
+    pred.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["analyze", str(pred), "--out", str(tmp_path / "analysis")]) == 0
+    out = capsys.readouterr().out
+    line = f"{tmp_path.name}: note: {pred}: 2 duplicated records (1 with an id seen before, 1 with the image, question and " \
+           "target of an earlier one), kept and counted as they are; e.g. id '1' repeats id '1'"
+    assert line in out.splitlines()
+    assert "2 duplicated records" in (tmp_path / "analysis" / "report.md").read_text()

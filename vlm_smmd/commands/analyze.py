@@ -62,6 +62,7 @@ def output(args) -> Output:
 def run(args) -> int:
     from ..analysis import analyze_records, headline, load_run_info, write_report
     from ..analysis.formatting import fmt
+    from ..data.records import duplicate_note
     from ..harness import read_any_predictions
 
     names, paths = args.names, args.predictions
@@ -70,6 +71,17 @@ def run(args) -> int:
         fmt_name, runs[name] = read_any_predictions(path)
         print(f"{name}: {path} read as a {fmt_name} prediction file ({len(runs[name])} records)")
     notes = []
+    for name, path in zip(names, paths):  # repeats are kept (the figures count them): said, not dropped
+        # a chart has several questions with one answer: the image repeats only with question and target
+        duplicated = duplicate_note(
+            runs[name], {"an id seen before": lambda r: (r["source"], r.get("split"), str(r["id"])),
+                         "the image, question and target of an earlier one":
+                         lambda r: (r["source"], r.get("split"), str(r["image"]), str(r.get("question")),
+                                    tuple(map(str, r["targets"]))) if r.get("image") else None},
+            lambda r: f"id {str(r['id'])!r}")
+        if duplicated:
+            print(f"{name}: note: {path}: {duplicated}")
+            notes.append(f"{name}: {duplicated}.")
     ids = {name: {str(r["id"]) for r in recs} for name, recs in runs.items()}
     if len({frozenset(s) for s in ids.values()}) > 1:
         notes.append("The runs do not cover the same record ids; compare their figures with care.")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
-from .records import SampleList, read_imagefolder
+from .records import SampleList, duplicate_note, read_imagefolder
 from .sample import DataError, Sample, resolve_in_root
 
 SOURCE = "clocks"
@@ -19,8 +20,16 @@ def read_clocks(root, split: str, on_error: str = "raise") -> SampleList:
     second, index, render_seed and the style attributes). A malformed line (not UTF-8, not JSON, a required
     field missing or blank), a path outside the split folder or a missing image raises DataError naming
     the file and line; with on_error="skip" such records are skipped, counted and reported once.
+    Duplicated records (an id seen before, or the image file and answer of an earlier record) are kept
+    and counted in one warning line.
     """
-    return read_imagefolder(root, split, on_error, SOURCE, _REQUIRED, _sample)
+    samples = read_imagefolder(root, split, on_error, SOURCE, _REQUIRED, _sample)
+    note = duplicate_note(samples, {"an id seen before": lambda s: s.id,
+                                    "the image and answer of an earlier one": lambda s: (s.image, s.answer)},
+                          lambda s: f"record {s.id!r} ({s.image})")
+    if note:
+        warnings.warn(f"{SOURCE}: {Path(root) / split / 'metadata.jsonl'}: {note}", stacklevel=2)
+    return samples
 
 
 def _sample(row: dict, where: str, split_dir: Path) -> Sample:

@@ -1,5 +1,5 @@
 """Shared record helpers for the readers: numbers as answer text, a streaming JSON array parser, image
-path checks, required fields, and record sequences backed by byte ranges of one file (JSON arrays for the
+path checks, required fields, a note on duplicated records, and record sequences backed by byte ranges of one file (JSON arrays for the
 chart sources, lines for the text sources), each record parsed again on access.
 """
 
@@ -13,7 +13,7 @@ import math
 import re
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -378,6 +378,35 @@ def finish(dataset, on_error: str):
 
 
 # --------------------------------------------------------------------------------------- other sequences
+
+
+def duplicate_note(records: Sequence, keys: Mapping[str, Callable[[object], Hashable | None]],
+                   name: Callable[[object], str]) -> str | None:
+    """One line counting the records that repeat an earlier one, or None when none does. `keys`: {what the
+    two share ("an id seen before"): key of a record, None where it has none}; a record is counted once,
+    under the first key it repeats, and every key of every record is registered. `name(record)` names a
+    record in the example. Duplicates are kept (the caller decides nothing is dropped): this only tells."""
+    seen: dict[str, dict] = {what: {} for what in keys}
+    counts = dict.fromkeys(keys, 0)
+    example = None
+    for record in records:
+        hit = None
+        for what, key in keys.items():
+            k = key(record)
+            if k is None:
+                continue
+            if k in seen[what]:
+                hit = hit or (what, seen[what][k])
+            else:
+                seen[what][k] = record
+        if hit:
+            counts[hit[0]] += 1
+            example = example or f"{name(record)} repeats {name(hit[1])}"
+    total = sum(counts.values())
+    if not total:
+        return None
+    parts = ", ".join(f"{n} with {what}" for what, n in counts.items() if n)
+    return f"{total} duplicated records ({parts}), kept and counted as they are; e.g. {example}"
 
 
 class SampleList(list):
