@@ -109,6 +109,7 @@ def _plant(out, variant, predictions, targets):
 def test_write_selection_reads_the_val_runs_of_dev_seeds(tmp_path):
     import json
 
+    from vlm_smmd.experiments.results import write_results
     from vlm_smmd.experiments.selection import write_selection
     from vlm_smmd.experiments.store import Status
 
@@ -126,7 +127,11 @@ def test_write_selection_reads_the_val_runs_of_dev_seeds(tmp_path):
         # a miss: 12:45 read as 12:50 (or 1:45), the others with a last digit 9 (10:07 as 10:09)
         _plant(tmp_path, v, targets[:k] + [miss if t == "12:45" else t[:-1] + "9" for t in targets[k:]], targets)
         status.set(v.name, status="done", seconds=1.0)
-    settings = {"primary": {"metric": "exact_match", "split": "test"}}
+    settings = {"primary": {"metric": "exact_match", "split": "val"}, "config": "c.yaml", "config_sha256": "0" * 64,
+                "overrides": {}, "dev_seeds": [0, 1], "grid": {"aux_lambda": ["1", "0.3"]},
+                "eval": {"splits": ["val"], "limit": None, "data": [["clocks", "/d"]], "max_new_tokens": 8}}
+    write_results(tmp_path, variants, status, settings)  # the page says which stage it is
+    assert "**Selection stage: not evidence.**" in (tmp_path / "results.md").read_text()
     got = write_selection(tmp_path, variants, settings, dev_seeds=[0, 1])
     assert got == json.loads((tmp_path / "selection.json").read_text())
     assert got["stage"] == "selection: not evidence" and got["seeds"] == [0, 1] and not got["lower_is_better"]

@@ -290,7 +290,7 @@ def _run(args, out: Path, lock_file: str) -> int:
     # what the page says beyond the runs' settings (these may change between reruns of one comparison)
     settings = {**settings, "primary": {"metric": data_args.primary_metric, "split": data_args.primary_split},
                 "dev_seeds": args.dev_seed_list, "contrasts": args.contrasts, "leakage": leakage,
-                "allow_overlap": args.allow_overlap}
+                "allow_overlap": args.allow_overlap, "grid": args.grid_values}
     variants = plan_variants(args.auxes, args.controls, args.seed_list, args.grid_values,
                              ungridded=[f.name for f in dataclasses.fields(LossArguments)])
     spec_base = {"config": str(config), "deepspeed": uses_deepspeed(config, args.overrides), "eval": settings["eval"]}

@@ -457,6 +457,12 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
     samples = "all samples" if ev["limit"] is None else f"first {ev['limit']} samples"
     seeds = sorted({v.seed for v in variants})
     md = ["# Loss comparison", ""]
+    if settings.get("grid"):  # compare --grid: the selection stage, whose figures choose and prove nothing
+        md += ["**Selection stage: not evidence.** Every loss ran at each value of "
+               + ", ".join(f"`{k}` ({', '.join(v)})" for k, v in settings["grid"].items())
+               + " on development seeds; variants also differ in that value. The choice per loss on `val` and "
+               "the whole validation table: [selection.json](selection.json). Confirm the chosen values on fresh "
+               "seeds.", ""]
     md += [f"- config: `{settings['config']}` (sha256 {settings['config_sha256'][:12]})",
            f"- shared overrides: `{json.dumps(settings['overrides'])}`" if settings["overrides"] else
            "- shared overrides: none",
