@@ -175,8 +175,9 @@ def waiting_lock(path, what: str):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if not told:
-                holder = _holder(path).removeprefix("pid ").split(" on ")[0]
-                print(f"waiting for pid {holder}, which is {what}", flush=True)
+                holder = _holder(path)  # "pid N on HOST", or said plainly when not written yet
+                who = f"pid {holder.removeprefix('pid ').split(' on ')[0]}" if holder.startswith("pid ") else holder
+                print(f"waiting for {who}, which is {what}", flush=True)
                 told = True
             fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder ends (or dies: the kernel drops it)
         try:
