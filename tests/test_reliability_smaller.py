@@ -154,3 +154,24 @@ def test_analyze_notes_duplicated_prediction_records(tmp_path, capsys):
            "target of an earlier one), kept and counted as they are; e.g. id '1' repeats id '1'"
     assert line in out.splitlines()
     assert "2 duplicated records" in (tmp_path / "analysis" / "report.md").read_text()
+
+
+@pytest.mark.slow  # renders two small chart splits (about 5 s)
+def test_rendered_chart_data_under_a_read_only_parent_is_reused_without_a_lock(tmp_path, capsys, monkeypatch):
+    """Reuse only reads: under a parent the run may not write (simulated: the tests may run as root, whom
+    no permission stops) no lock file is attempted and the rendered charts are reused."""
+    from vlm_smmd.config import DataArguments
+    from vlm_smmd.training import datasets
+
+    charts = DataArguments(data_root=str(tmp_path / "charts"), dataset="chartqa", synthesize="chartqa",
+                           synthesize_num=2, eval_split="test")
+    datasets.synthesize_if_missing(charts)
+    capsys.readouterr()
+
+    def no_lock(*args, **kwargs):
+        raise PermissionError("read-only parent")
+
+    monkeypatch.setattr(datasets, "waiting_lock", no_lock)
+    monkeypatch.setattr(datasets.os, "access", lambda path, mode: False)
+    datasets.synthesize_if_missing(charts)
+    assert capsys.readouterr().out.count("reusing the synthetic data") == 2  # train and test splits

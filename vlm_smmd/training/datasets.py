@@ -4,6 +4,7 @@ mixture) per split, and every record checked by the preflight before the model l
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from torch.utils.data import Subset
@@ -31,8 +32,9 @@ def synthesize_if_missing(data_args) -> None:
     if kind == "none" or data_args.data_root is None:
         return
     root = Path(data_args.data_root)
-    if SYNTHESIZERS[kind] not in names_with("relaxed") and (root / "synthesize.json").exists():
-        _synthesize(data_args, kind, root)  # rendered already: only checked, no lock (a read-only parent is fine)
+    rendered = (root / "synthesize.json").exists() if SYNTHESIZERS[kind] not in names_with("relaxed") else False
+    if rendered or (root.is_dir() and not os.access(root.parent, os.W_OK)):
+        _synthesize(data_args, kind, root)  # only checked (or refused), no lock: a read-only parent is fine
         return
     with waiting_lock(root.parent / f"{root.name}.lock", f"rendering {root}"):
         _synthesize(data_args, kind, root)
