@@ -39,9 +39,9 @@ def test_truncation_keeps_every_width_and_maps_the_index_lists():
     mllama = truncated_architecture(published("meta-llama/Llama-3.2-11B-Vision-Instruct"), 2, 2)
     text, vision = mllama["text_config"], mllama["vision_config"]
     assert text["num_hidden_layers"] == 2 and text["cross_attention_layers"] == [1]
-    # five taps of hidden_states (0 = the embedding, then 2 blocks): 3, 7, 15, 23, 30 of 0..32 scaled to 0..2;
-    # the projector keeps its 7680 inputs
-    assert vision["intermediate_layers_indices"] == [0, 0, 1, 2, 2]
+    # five taps of the encoder's per-layer outputs (one a layer, no embedding): 3, 7, 15, 23, 30 of 0..31 scaled
+    # to 0..1; the projector keeps its 7680 inputs
+    assert vision["intermediate_layers_indices"] == [0, 0, 0, 1, 1]
     assert vision["num_hidden_layers"] == 2 and vision["num_global_layers"] == 2
     assert vision["vision_output_dim"] == 1280 * (len(vision["intermediate_layers_indices"]) + 1)
 

@@ -70,8 +70,8 @@ def truncated_architecture(kwargs: dict, text_layers: int = TEXT_LAYERS, vision_
         vision["deepstack_visual_indexes"] = _mapped(vision["deepstack_visual_indexes"], depth, new, distinct=True)
     if "num_global_layers" in vision:
         vision["num_global_layers"] = min(vision["num_global_layers"], new)
-    if "intermediate_layers_indices" in vision:  # indices into hidden_states, whose 0 is the embedding
-        vision["intermediate_layers_indices"] = _mapped(vision["intermediate_layers_indices"], depth, new + 1,
+    if "intermediate_layers_indices" in vision:  # indices into the encoder's per-layer outputs (no embedding)
+        vision["intermediate_layers_indices"] = _mapped(vision["intermediate_layers_indices"], depth, new,
                                                         distinct=False)
     return out
 
@@ -168,9 +168,11 @@ def dry_run_data(data_args, model_args, folder: Path, factor) -> tuple[object, s
                                          [entry.get("split", data_args.train_split), *splits],
                                          data_args=dataclasses.replace(data_args, synthesize="none"),
                                          model_args=model_args, factor=factor)
-                if fields.get("synthesize", "none") != "none":
-                    raise DryRunError(f"mixture source {entry['name']!r}: its root {root} is not there and a "
-                                      "synthetic source cannot be rendered into a mixture; point root at the data")
+                if fields.get("synthesize", "none") != "none":  # a mixture reads files: render them now
+                    from ..training.datasets import synthesize_if_missing
+
+                    synthesize_if_missing(dataclasses.replace(
+                        data_args, **fields, dataset=entry["name"], train_split=entry.get("split", data_args.train_split)))
                 entry = {**entry, "root": fields["data_root"]}
                 said.append(f"{entry['name']} (stand-in)")
             else:
@@ -258,8 +260,8 @@ def _stage(name: str, error: BaseException) -> DryRunError:
 
 
 # what a config that does not go together raises from transformers, peft, DeepSpeed or torch
-RUN_ERRORS = (ValueError, TypeError, RuntimeError, KeyError, AttributeError, ImportError, NotImplementedError,
-              AssertionError, OSError)
+RUN_ERRORS = (ValueError, TypeError, RuntimeError, KeyError, IndexError, AttributeError, ImportError,
+              NotImplementedError, AssertionError, OSError)
 
 
 def freeze_vocabulary(model) -> int:
