@@ -38,13 +38,17 @@ def parse_summary(text: str) -> dict:
     return out
 
 
-def reason(stderr: str, stdout: str) -> str:
-    """The one line a failed run ended with (the CLI's error line), else the last line it printed."""
-    for text in (stderr, stdout):
-        lines = [line for line in text.splitlines() if line.strip()]
-        if lines:
-            return lines[-1].strip()
-    return "no output"
+def reason(returncode: int, stderr: str, stdout: str) -> str:
+    """Why a run failed: the signal that killed it (9: most likely the kernel's out-of-memory killer), the
+    CLI's one error line, else the last exception line of a traceback, else the last line printed."""
+    if returncode < 0:
+        return f"killed by signal {-returncode}" + (" (out of memory?)" if returncode == -9 else "")
+    lines = [line.strip() for line in (stderr + "\n" + stdout).splitlines() if line.strip()]
+    for pattern in (r"^vlm-smmd train: error:", r"^(\[rank\d+\]: )?[\w.]+(Error|Exception)\b"):
+        found = [line for line in lines if re.search(pattern, line)]
+        if found:
+            return found[-1]
+    return lines[-1] if lines else "no output"
 
 
 def run_one(name: str, min_free_gb: float, timeout_s: float) -> dict:
@@ -75,7 +79,7 @@ def run_one(name: str, min_free_gb: float, timeout_s: float) -> dict:
     row.update(parse_summary(stdout))
     if proc.returncode == 0 and "dry run passed" in stdout:
         return {**row, "status": "pass"}
-    return {**row, "status": "fail", "reason": reason(stderr, stdout)}
+    return {**row, "status": "fail", "reason": reason(proc.returncode, stderr, stdout)}
 
 
 def table(rows: list[dict]) -> str:
