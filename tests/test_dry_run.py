@@ -116,3 +116,24 @@ def test_train_help_names_the_dry_run():
     result = run_cli("--help")
     assert result.returncode == 0 and "[--dry-run]" in result.stdout.splitlines()[0]
     assert "--dry-run: build the config's released architecture" in result.stdout
+
+
+def test_the_bench_reads_the_summary_the_dry_run_prints():
+    """bench/dry_run_all.py parses `summary()`'s lines: a change to either shows here."""
+    import importlib.util
+
+    from vlm_smmd.experiments.dry_run import summary
+
+    spec = importlib.util.spec_from_file_location("dry_run_all", REPO / "bench" / "dry_run_all.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = {"built": "X at its published width", "depth": "2 text layers, 2 vision blocks", "parameters": 1234567,
+              "trainable_parameters": 89012, "dtype": "bf16", "lora": True, "gradient_checkpointing": True,
+              "zero_stage": 3, "vocabulary_frozen": 5, "data": "a stand-in", "min_pixels": 1, "max_pixels": 2,
+              "step_s": [12.34, 5.0], "train_loss": 3.0, "saved_mb": 10.0, "peak_rss_mb": 100, "total_s": 20.0,
+              "answer": {"id": "a", "prediction": "1", "target": "2"}}
+    assert bench.parse_summary(summary(report)) == {"depth": "2 text layers, 2 vision blocks", "parameters": 1234567,
+                                                    "trainable_parameters": 89012, "step_s": [12.3, 5.0]}
+    assert bench.reason(-9, "", "").startswith("killed by signal 9")
+    assert bench.reason(1, "FutureWarning: x\nvlm-smmd train: error: lora: no\n  warnings.warn(\n", "") == \
+        "vlm-smmd train: error: lora: no"
