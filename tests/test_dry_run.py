@@ -82,6 +82,7 @@ def test_an_unknown_hub_id_is_one_line():
 
 
 @pytest.mark.slow
+@pytest.mark.real_size  # 1-3 min and 6-15 GB each: not in the default run (bench/dry_run_all.py runs them too)
 @pytest.mark.parametrize("name", READY)
 def test_every_ready_config_dry_runs(name):
     result = run_cli(f"configs/{name}.yaml", "--dry-run", timeout=600)

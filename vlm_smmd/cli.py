@@ -30,7 +30,7 @@ FILE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, Permiss
 HUB_PACKAGES = ("transformers", "huggingface_hub")  # their OSErrors name an unusable checkpoint or hub id
 # the top-level modules of the `train` extra, which pulls `synth` (pyproject.toml)
 TRAIN_MODULES = frozenset({"torchvision", "transformers", "peft", "qwen_vl_utils", "deepspeed",
-                           "accelerate", "yaml", "pyarrow"}) | SYNTH_MODULES
+                           "accelerate", "yaml", "pyarrow", "openpyxl"}) | SYNTH_MODULES
 
 
 def one_line(error) -> str:
