@@ -368,3 +368,18 @@ def test_the_pixel_limit_is_a_config_key_and_an_eval_flag(clocks, tmp_path, caps
     assert main(argv) == 1
     assert "image too large" in error_line(capsys.readouterr().err, "eval")
     assert main(argv[:-1] + ["0"]) == 0  # 0: no limit
+
+
+def test_a_plain_file_as_out_is_one_line_for_every_command(tmp_path, capsys):
+    """analyze wrote over nothing but ended in a FileExistsError traceback after reading its inputs; the check
+    now sits in the dispatcher, before any command's work."""
+    from vlm_smmd.cli import main
+
+    plain = tmp_path / "notes.txt"
+    plain.write_text("keep me")
+    preds = tmp_path / "p.jsonl"
+    preds.write_text('{"id": "0", "source": "clocks", "question": "q", "prediction": "3:00", "target": "3:00"}\n')
+    assert main(["analyze", str(preds), "--out", str(plain)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"vlm-smmd analyze: error: --out {plain} exists and is not a folder; choose a new --out"]
+    assert plain.read_text() == "keep me"

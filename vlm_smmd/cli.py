@@ -113,6 +113,8 @@ def run_command(name: str, argv: list[str]) -> int:
         return usage_error(name, e)
     except SystemExit as e:  # argparse: --help (0) or a usage error it has printed (2)
         return e.code if isinstance(e.code, int) else 2
+    if out is not None and Path(out.folder).exists() and not Path(out.folder).is_dir():
+        return usage_error(name, f"{out.flag} {out.folder} exists and is not a folder; choose a new {out.flag}")
     if out is not None and out.existing and not out.overwrite:
         shown = ", ".join(out.existing[:4]) + (", ..." if len(out.existing) > 4 else "")
         return usage_error(name, f"{out.flag} {out.folder} already holds {out.what or shown}"
