@@ -383,3 +383,40 @@ def test_a_plain_file_as_out_is_one_line_for_every_command(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"vlm-smmd analyze: error: --out {plain} exists and is not a folder; choose a new --out"]
     assert plain.read_text() == "keep me"
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder no file can be made in: a read-only tmpfs mount as root (root ignores permission bits), a
+    mode-0500 folder otherwise."""
+    import os
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        yield folder
+        folder.chmod(0o700)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("root, and a read-only tmpfs cannot be mounted here")
+    yield folder
+    subprocess.run(["umount", str(folder)], capture_output=True)
+
+
+@pytest.mark.parametrize("command", [
+    ["analyze", "{preds}", "--out", "{ro}/a"],
+    ["train", "configs/tiny_cpu_clock.yaml", "--output_dir", "{ro}/t", "--max_steps", "1"],
+    ["compare", "configs/tiny_cpu_clock.yaml", "--aux", "none", "--seeds", "0", "--out", "{ro}/c"],
+])
+def test_an_unwritable_output_is_one_line_before_any_work(command, read_only_folder, tmp_path, capsys, monkeypatch):
+    from vlm_smmd.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    preds = tmp_path / "p.jsonl"
+    preds.write_text('{"id": "0", "source": "clocks", "question": "q", "prediction": "3:00", "target": "3:00"}\n')
+    argv = [a.format(preds=preds, ro=read_only_folder) for a in command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write there (read-only or no permission)" in err[0], err

@@ -16,6 +16,7 @@ errors answer at once; the library below them never parses argv, prints errors o
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -103,6 +104,15 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def _writable(folder: Path) -> bool:
+    """Whether `folder`, or the nearest folder above it that exists, takes new files (access(2) also says no
+    on a read-only filesystem, for root too), so a command finds out before its work, not at its first write."""
+    here = folder.absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    return os.access(here, os.W_OK | os.X_OK)
+
+
 def run_command(name: str, argv: list[str]) -> int:
     """Parse, check the output, run: the whole policy of one command."""
     module = import_module(f"{__package__}.commands.{(COMMANDS | HIDDEN)[name][0]}")
@@ -115,6 +125,9 @@ def run_command(name: str, argv: list[str]) -> int:
         return e.code if isinstance(e.code, int) else 2
     if out is not None and Path(out.folder).exists() and not Path(out.folder).is_dir():
         return usage_error(name, f"{out.flag} {out.folder} exists and is not a folder; choose a new {out.flag}")
+    if out is not None and not _writable(Path(out.folder)):
+        return usage_error(name, f"{out.flag} {out.folder}: cannot write there (read-only or no permission); "
+                           f"choose another {out.flag}")
     if out is not None and out.existing and not out.overwrite:
         shown = ", ".join(out.existing[:4]) + (", ..." if len(out.existing) > 4 else "")
         return usage_error(name, f"{out.flag} {out.folder} already holds {out.what or shown}"
