@@ -119,6 +119,27 @@ def _holder(path: Path) -> str:
     return text or "a process that has not written its pid yet"
 
 
+def _lock_file(path: Path, busy) -> int:
+    """Open `path` (created if missing) and hold an exclusive `flock` on it; `busy(fd)` is called when another
+    process holds it, and either raises or blocks until it has the lock. Returns the locked descriptor, the
+    file rewritten to "pid N on HOST"."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            busy(fd)
+        try:  # locked; but its previous holder may have removed the file in between: then lock the new one
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    return fd
+
+
 @contextlib.contextmanager
 def output_lock(folder, *, take: bool = True):
     """Hold an exclusive lock on `folder` (created if missing) for the body: `flock` on folder/.lock, which
@@ -133,23 +154,14 @@ def output_lock(folder, *, take: bool = True):
     created = [p for p in (folder, *folder.parents) if not p.exists()]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise OutputLockedError(f"{folder} is being written by another run ({_holder(path)}); wait for it to "
-                                    "end or choose another output_dir") from None
-        try:  # locked; but its previous holder may have removed the file in between: then lock the new one
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
+
+    def refuse(fd):
         os.close(fd)
+        raise OutputLockedError(f"{folder} is being written by another run ({_holder(path)}); wait for it to "
+                                "end or choose another output_dir") from None
+
+    fd = _lock_file(path, refuse)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
         yield
     finally:
         with contextlib.suppress(OSError):
@@ -168,27 +180,18 @@ def waiting_lock(path, what: str):
     gone and locks the new one, as in `output_lock`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    told = False
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not told:
-                holder = _holder(path)  # "pid N on HOST", or said plainly when not written yet
-                who = f"pid {holder.removeprefix('pid ').split(' on ')[0]}" if holder.startswith("pid ") else holder
-                print(f"waiting for {who}, which is {what}", flush=True)
-                told = True
-            fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder ends (or dies: the kernel drops it)
-        try:
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
+    told = []
+
+    def wait(fd):
+        if not told:
+            holder = _holder(path)  # "pid N on HOST", or said plainly when not written yet
+            who = f"pid {holder.removeprefix('pid ').split(' on ')[0]}" if holder.startswith("pid ") else holder
+            print(f"waiting for {who}, which is {what}", flush=True)
+            told.append(True)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder ends (or dies: the kernel drops it)
+
+    fd = _lock_file(path, wait)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
         yield
     finally:
         with contextlib.suppress(OSError):
