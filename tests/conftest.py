@@ -1,7 +1,15 @@
 """Shared fixtures: the real Qwen2.5 tokenizer (offline) and the tiny Qwen2.5-VL preset."""
 
+import signal
+
 import pytest
 from PIL import Image, ImageDraw
+
+# The Ctrl-C tests send SIGINT to the commands they start. A suite started in the background of a shell
+# script inherits SIGINT as ignored, and an ignored signal stays ignored across exec, so those children
+# would never see it: give this process a handler, which exec turns back into the default in its children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
