@@ -419,4 +419,4 @@ def test_an_unwritable_output_is_one_line_before_any_work(command, read_only_fol
     argv = [a.format(preds=preds, ro=read_only_folder) for a in command]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cannot write there (read-only or no permission)" in err[0], err
+    assert len(err) == 1 and "cannot write there (read-only, no permission, or a file in its path)" in err[0], err

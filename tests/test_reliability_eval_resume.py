@@ -105,9 +105,9 @@ def test_an_unwritable_out_is_refused_before_the_model_loads(tmp_path, data, cap
     plain = tmp_path / "plain"
     plain.write_text("notes\n")
     out = plain / "eval"  # a folder that cannot be made (root writes through file modes, so no chmod here)
-    assert main(["eval", *EVAL, "--data", f"clocks:{data}", "--out", str(out)]) == 1
+    assert main(["eval", *EVAL, "--data", f"clocks:{data}", "--out", str(out)]) == 2  # checked by the dispatcher
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and f"--out {out} is not writable" in err
+    assert len(err.strip().splitlines()) == 1 and f"--out {out}: cannot write there" in err
     assert plain.read_text() == "notes\n"
 
 

@@ -126,7 +126,7 @@ def run_command(name: str, argv: list[str]) -> int:
     if out is not None and Path(out.folder).exists() and not Path(out.folder).is_dir():
         return usage_error(name, f"{out.flag} {out.folder} exists and is not a folder; choose a new {out.flag}")
     if out is not None and not _writable(Path(out.folder)):
-        return usage_error(name, f"{out.flag} {out.folder}: cannot write there (read-only or no permission); "
+        return usage_error(name, f"{out.flag} {out.folder}: cannot write there (read-only, no permission, or a file in its path); "
                            f"choose another {out.flag}")
     if out is not None and out.existing and not out.overwrite:
         shown = ", ".join(out.existing[:4]) + (", ..." if len(out.existing) > 4 else "")
