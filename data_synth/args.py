@@ -1,4 +1,5 @@
-"""The argument parser every `data-synth` subcommand (and `vlm-smmd`) uses; imports nothing of the package."""
+"""The argument parser every `data-synth` subcommand (and `vlm-smmd`) uses, and the integer check of their
+options; imports nothing of the package."""
 
 from __future__ import annotations
 
@@ -36,3 +37,10 @@ def bounded_int(lo: int, hi: int):
             raise argparse.ArgumentTypeError(f"must be in {lo}..{hi}, got {value}")
         return value
     return parse
+
+
+def check_int(name: str, value, lo: int, hi: int) -> int:
+    """`value` if it is an integer in lo..hi, else ValueError naming `name` and the range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
+    return value

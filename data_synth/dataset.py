@@ -26,20 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .args import bounded_int
+from .args import bounded_int, check_int
 from .interrupts import interrupt_status
 
 MAX_ITEMS = 10_000_000  # items a dataset may hold: the progress log and the index are kept in memory
 MAX_SIDE = 4096  # largest image side (px) a writer renders
 SPLIT_NAME = re.compile(r"[A-Za-z0-9_-]+")
 UNSEEN_SPLIT = "test_unseen"  # the split that holds the values held out of training
-
-
-def check_int(name: str, value, lo: int, hi: int) -> int:
-    """`value` if it is an integer in lo..hi, else ValueError naming `name` and the range."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
-    return value
 
 
 # --------------------------------------------------------------------------------------------- splits

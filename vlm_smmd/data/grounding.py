@@ -8,12 +8,13 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
+from data_synth.grounding_format import COORDS
+
 from ..metrics import GROUNDING_KEYS, parse_grounding
 from .records import SampleList, read_imagefolder
 from .sample import DataError, Sample, resolve_in_root
 
 SOURCE = "grounding"
-COORDS = ("absolute", "norm1000")
 _REQUIRED = ("file_name", "question", "answer")
 _SIZES = ("width", "height", "resized_width", "resized_height")
 # a grounding key's coordinate list ('"bbox_2d": [197, 175, 279, 257]'), and one number inside it

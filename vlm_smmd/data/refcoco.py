@@ -26,7 +26,7 @@ category, dataset (the root folder's name unless `dataset=`) and split.
 
 Coordinates (`coords`): the COCO box [x, y, w, h] is [x, y, x + w, y + h] in original pixels, then
     absolute   pixels of the image as Qwen2-VL / Qwen2.5-VL see it: scaled by resized / original, the size
-               `data_synth.grounding.smart_resize(height, width, factor, min_pixels, max_pixels)` gives,
+               `data_synth.grounding_format.smart_resize(height, width, factor, min_pixels, max_pixels)` gives,
                as the collator resizes. The run's min_pixels / max_pixels do not reach the reader: pass the
                same values here (reader_options). Defaults: factor 28 and qwen-vl-utils' 3136 / 12845056,
                the stock Qwen2.5-VL processor's (what `vlm-smmd eval` reads with).
@@ -50,9 +50,16 @@ from pathlib import Path
 
 from PIL import Image
 
-from data_synth.grounding import box_coords, coord_scale, format_answer, point_coords, smart_resize
+from data_synth.grounding_format import (
+    COORDS,
+    box_coords,
+    coord_scale,
+    format_answer,
+    point_coords,
+    smart_resize,
+)
 
-from .grounding import COORDS, coordinate_spans
+from .grounding import coordinate_spans
 from .records import SampleList
 from .sample import DataError, Sample, SkipLog, check_on_error, image_problem, is_blank, resolve_in_root
 
