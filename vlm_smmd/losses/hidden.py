@@ -36,13 +36,43 @@ def lm_head_of(model):
     return model.get_output_embeddings()
 
 
+class _HeadRows(torch.autograd.Function):
+    """hidden [M, H] @ weight[ids].T (+ bias[ids]) -> [M, N], whose backward gives the head's weight [V, H] and
+    bias [V] a sparse gradient holding their N rows only. The plain path (index_select) builds a dense zero
+    [V, H] gradient (1.2 GB on Qwen in fp32) and adds it whole into the CE's; autograd adds a sparse one into
+    the CE's dense gradient of the same backward in place, N rows, so `.grad` stays dense as the optimizer and
+    DDP/ZeRO hooks expect (only a backward in which nothing else reaches the head would leave it sparse)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, ids):
+        rows = weight.index_select(0, ids)  # [N, H]
+        bias_rows = None if bias is None else bias.index_select(0, ids)
+        ctx.save_for_backward(hidden, rows, ids)
+        ctx.shape, ctx.has_bias = weight.shape, bias is not None
+        return F.linear(hidden, rows, bias_rows)
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, rows, ids = ctx.saved_tensors
+        grad_hidden = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_hidden = (grad.to(rows.dtype) @ rows).to(hidden.dtype)
+        if ctx.needs_input_grad[1]:
+            block = (grad.t().to(hidden.dtype) @ hidden).to(rows.dtype)  # [N, H]
+            grad_weight = torch.sparse_coo_tensor(ids[None], block, ctx.shape, check_invariants=False)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = torch.sparse_coo_tensor(ids[None], grad.sum(0).to(rows.dtype), ctx.shape[:1],
+                                                check_invariants=False)
+        return grad_hidden, grad_weight, grad_bias, None
+
+
 def numeric_logits(hidden: torch.Tensor, lm_head, numeric_ids: torch.Tensor) -> torch.Tensor:
     """V_num logits [M, N] (float32) from final hidden states [M, H] and the head's rows at numeric_ids [N]:
-    the head's own matmul in its dtype on N rows, then upcast, as the logits path upcasts its logits."""
+    the head's own matmul in its dtype on N rows, then upcast, as the logits path upcasts its logits; the
+    head's gradient is sparse on those rows (`_HeadRows`)."""
     weight = lm_head.weight
     ids = numeric_ids.to(weight.device)
-    bias = None if getattr(lm_head, "bias", None) is None else lm_head.bias.index_select(0, ids)
-    logits = F.linear(hidden.to(weight.device, weight.dtype), weight.index_select(0, ids), bias)
+    logits = _HeadRows.apply(hidden.to(weight.device, weight.dtype), weight, getattr(lm_head, "bias", None), ids)
     return logits.float() if logits.dtype != torch.float64 else logits
 
 
