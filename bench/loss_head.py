@@ -25,7 +25,7 @@ the case the paper's "practical note on K" is about; the default is Qwen2.5's te
     python bench/loss_head.py            # table
     python bench/loss_head.py --json     # one JSON object
     python bench/loss_head.py --vnum llama3 --vocab 128256 --variants answer_ce,ce_smmd,ce_ntl_was
-    python bench/loss_head.py --fused --batch 8 --seq 2048   # full logits / chunked CE / chunked CE + SMMD
+    python bench/loss_head.py --fused --batch 8 --seq 2048   # full logits / fused CE / fused CE + SMMD
 """
 
 from __future__ import annotations
@@ -293,12 +293,49 @@ def main(argv=None):
 
 
 # ---------------------------------------------------------------- fused CE: the aux from hidden states (issue 42)
-FUSED_VARIANTS = ["full_logits", "chunked_ce", "chunked_ce_smmd"]
+FUSED_VARIANTS = ["full_logits", "chunked_ce", "chunked_ce_smmd", "chunked_ce_smmd_dense_grad"]
 
 
-def fused_worker(variant, b, t, h, v, chunk, reps):
-    """One variant, forward + backward to hidden states and head weight, in this process: peak RSS growth (MB)
-    and best time (ms). Labels: the last 8 positions of each row; 6 of them digits (Qwen ids 15..24)."""
+def fused_linear_ce(rows, weight, targets, chunk):
+    """Sum of CE over rows [R, H] @ weight [V, H].T against targets [R] (-100 ignored), as Liger's fused linear
+    cross-entropy does it: chunk by chunk in the forward, the gradients of rows and weight taken there, so no
+    logits outlive their chunk; the backward only scales them. The weight's gradient is one contiguous
+    [V, H] tensor (autograd adds the aux's sparse rows into it in place)."""
+    import torch
+    from torch.nn import functional as F
+
+    class FusedCE(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, rows, weight):
+            grad_rows, grad_weight = torch.zeros_like(rows), torch.zeros_like(weight)
+            total = rows.new_zeros(())
+            for i in range(0, len(rows), chunk):
+                logits = (rows[i:i + chunk] @ weight.t()).float()
+                target = targets[i:i + chunk]
+                total += F.cross_entropy(logits, target, reduction="sum")
+                grad = logits.softmax(1).to(rows.dtype)  # d(sum CE)/d logits = softmax - one-hot, zero at ignored rows
+                valid = target != -100
+                grad[valid, target[valid]] -= 1
+                grad[~valid] = 0
+                grad_rows[i:i + chunk] = grad @ weight
+                grad_weight.addmm_(grad.t(), rows[i:i + chunk])
+            ctx.grads = grad_rows, grad_weight
+            return total
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            grad_rows, grad_weight = ctx.grads
+            del ctx.grads  # the engine then holds the only reference: accumulation can reuse grad_weight
+            return grad_rows.mul_(grad_output), grad_weight.mul_(grad_output)
+
+    return FusedCE.apply(rows, weight)
+
+
+def fused_step(variant, b, t, h, v, chunk):
+    """One variant's loss head as a function () -> None: forward + backward to hidden states and head weight.
+    Labels: the last 8 positions of each row; 6 of them digits (Qwen ids 15..24). chunked_ce_smmd is the
+    library's path (`hidden.numeric_logits`: sparse head gradient); chunked_ce_smmd_dense_grad takes the V_num
+    rows with index_select, whose backward builds a dense [V, H] zero gradient (the path it replaced)."""
     import torch
     from torch.nn import functional as F
 
@@ -311,6 +348,7 @@ def fused_worker(variant, b, t, h, v, chunk, reps):
     labels = torch.full((b, t), -100)
     labels[:, -8:] = torch.tensor([16, 17, 18, 19, 13, 20, 21, 151645]) % v
     objective = NumericObjective(torch.arange(15, 25), torch.arange(10.0), aux="smmd")
+    ids = objective.numeric_token_ids
 
     def step():
         shifted = labels[:, 1:]
@@ -318,52 +356,94 @@ def fused_worker(variant, b, t, h, v, chunk, reps):
         if variant == "full_logits":  # every position's logits, then HF-style CE
             logits = head(hidden[:, :-1]).float()
             loss = F.cross_entropy(logits.reshape(-1, v), shifted.reshape(-1), reduction="sum") / keep.sum()
-        else:  # chunked CE over the B*T positions (no [B, T, V] tensor), as a fused CE kernel does
-            rows, targets = hidden[:, :-1].reshape(-1, h), shifted.reshape(-1)
-            ce = sum(F.cross_entropy(head(rows[i:i + chunk]).float(), targets[i:i + chunk], reduction="sum")
-                     for i in range(0, len(targets), chunk))
+        else:  # fused chunked CE over the B*T positions (no [B, T, V] tensor), as Liger's kernel does
+            ce = fused_linear_ce(hidden[:, :-1].reshape(-1, h), head.weight, shifted.reshape(-1), chunk)
             loss = ce / keep.sum()
-            if variant == "chunked_ce_smmd":  # + SMMD from the hidden states at the answer positions
+            if variant != "chunked_ce":  # + SMMD from the hidden states at the answer positions
                 bi, pi = keep.nonzero(as_tuple=True)
-                parts = objective.combine(ce, keep.sum(), numeric_logits(hidden[bi, pi], head, objective.numeric_token_ids),
-                                          shifted[bi, pi])
-                loss = parts["loss"]
+                if variant == "chunked_ce_smmd":
+                    numeric = numeric_logits(hidden[bi, pi], head, ids)
+                else:
+                    numeric = F.linear(hidden[bi, pi], head.weight.index_select(0, ids)).float()
+                loss = objective.combine(ce, keep.sum(), numeric, shifted[bi, pi])["loss"]
         loss.backward()
         hidden.grad = head.weight.grad = None
 
-    base = peak_rss_mb()
-    times = []
-    for _ in range(reps + 1):
+    return step
+
+
+def fused_worker(kind, variants, b, t, h, v, chunk, reps):
+    """kind "memory": one variant's peak RSS growth (MB) over one step, after a warm-up step on small tensors.
+    kind "time": the variants' steps interleaved in this process, order alternating, `reps` rounds after a
+    warm-up; per variant the best and median ms, and each SMMD variant's median ratio to the chunked_ce run
+    of its round (a shared machine's load drifts over both alike)."""
+    if kind == "memory":
+        fused_step(variants[0], 1, 16, 32, v, chunk)()  # one-time library set-up: not loss-head memory
+        step = fused_step(variants[0], b, t, h, v, chunk)
+        base = peak_rss_mb()
         start = time.perf_counter()
         step()
-        times.append((time.perf_counter() - start) * 1000)
-    return {"peak_mb": peak_rss_mb() - base, "ms": min(times[1:])}
+        return {"peak_mb": peak_rss_mb() - base, "ms": (time.perf_counter() - start) * 1000}
+    steps = {name: fused_step(name, b, t, h, v, chunk) for name in variants}
+    for step in steps.values():
+        step()  # warm-up
+    times = {name: [] for name in variants}
+    for rep in range(reps):
+        for name in (variants if rep % 2 == 0 else variants[::-1]):
+            start = time.perf_counter()
+            steps[name]()
+            times[name].append(time.perf_counter() - start)
+    out = {name: {"ms": min(x) * 1000, "median_ms": statistics.median(x) * 1000} for name, x in times.items()}
+    for name in variants:
+        if name != "chunked_ce":
+            out[name]["ratio"] = statistics.median(a / c for a, c in zip(times[name], times["chunked_ce"]))
+    return out
+
+
+def _fused_run(args, kind, variants):
+    code = (f"import json,sys; sys.path.insert(0, 'bench'); import loss_head as m; "
+            f"print(json.dumps(m.fused_worker({kind!r}, {variants!r}, {args.batch}, {args.seq}, {args.hidden}, "
+            f"{args.vocab}, {args.chunk}, {args.reps})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"fused {kind} worker for {variants} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def fused_main(args) -> None:
-    results = {}
-    for variant in FUSED_VARIANTS:
-        code = (f"import json,sys; sys.path.insert(0, 'bench'); import loss_head as m; "
-                f"print(json.dumps(m.fused_worker({variant!r}, {args.batch}, {args.seq}, {args.hidden}, {args.vocab}, "
-                f"{args.chunk}, {args.reps})))")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        results[variant] = json.loads(out.stdout.strip().splitlines()[-1])
-    ce = results["chunked_ce"]
-    figures = {"batch": args.batch, "seq": args.seq, "hidden": args.hidden, "vocab": args.vocab, "chunk": args.chunk}
-    for variant, r in results.items():
-        figures[f"{variant}_ms"], figures[f"{variant}_peak_mb"] = round(r["ms"], 1), round(r["peak_mb"], 1)
-    figures["smmd_time_vs_chunked_ce_x"] = round(results["chunked_ce_smmd"]["ms"] / ce["ms"], 3)
-    figures["smmd_memory_vs_chunked_ce_x"] = round(results["chunked_ce_smmd"]["peak_mb"] / max(ce["peak_mb"], 0.1), 3)
+    variants = [x for x in args.variants.split(",") if x] if args.variants != ",".join(VARIANTS) else FUSED_VARIANTS
+    unknown = set(variants) - set(FUSED_VARIANTS)
+    if unknown or "chunked_ce" not in variants:
+        raise SystemExit(f"--fused variants must include chunked_ce, from {FUSED_VARIANTS}; got {variants}")
+    log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    memory = {}
+    for variant in variants:  # each in its own process: peak RSS is per process
+        memory[variant] = _fused_run(args, "memory", [variant])
+        log(f"  memory {variant:<28} {memory[variant]['peak_mb']:9.1f} MB")
+    timing = _fused_run(args, "time", [x for x in variants if x != "full_logits"])
+    ce = memory["chunked_ce"]
+    figures = {"batch": args.batch, "seq": args.seq, "hidden": args.hidden, "vocab": args.vocab, "chunk": args.chunk,
+               "reps": args.reps}
+    for variant in variants:
+        r = timing.get(variant, memory[variant])  # full_logits: its one step in the memory process
+        figures[f"{variant}_ms"], figures[f"{variant}_peak_mb"] = round(r["ms"], 1), round(memory[variant]["peak_mb"], 1)
+        if variant != "chunked_ce":
+            figures[f"{variant[11:] or variant}_time_vs_chunked_ce_x"] = round(
+                r.get("ratio", r["ms"] / timing["chunked_ce"]["ms"]), 3)
+            figures[f"{variant[11:] or variant}_memory_vs_chunked_ce_x"] = round(
+                memory[variant]["peak_mb"] / max(ce["peak_mb"], 0.1), 3)
     if args.json:
         print(json.dumps(figures))
         return
     print(f"fused CE + aux from hidden states, fp32 CPU: B={args.batch} T={args.seq} hidden={args.hidden} "
-          f"V={args.vocab}, CE chunk {args.chunk} rows; fwd + bwd to hidden states and head weight")
-    print(f"{'variant':<18}{'ms':>10}{'peak MB':>10}")
-    for variant, r in results.items():
-        print(f"{variant:<18}{r['ms']:10.1f}{r['peak_mb']:10.1f}")
-    for key in ("smmd_time_vs_chunked_ce_x", "smmd_memory_vs_chunked_ce_x"):
-        print(f"{key}: {figures[key]}")
+          f"V={args.vocab}, CE chunk {args.chunk} rows; fwd + bwd to hidden states and head weight; time: best of "
+          f"{args.reps} interleaved rounds (full_logits: one step); ratios: median of paired rounds")
+    print(f"{'variant':<28}{'ms':>10}{'peak MB':>10}")
+    for variant in variants:
+        print(f"{variant:<28}{figures[variant + '_ms']:10.1f}{figures[variant + '_peak_mb']:10.1f}")
+    for key, value in figures.items():
+        if key.endswith("_vs_chunked_ce_x"):
+            print(f"{key}: {value}")
 
 
 if __name__ == "__main__":
