@@ -185,12 +185,25 @@ def in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
+# Large enough that the run is still going when the signal lands (about a second of rendering is left after
+# the first 64 images), small enough that the resume and the reference stay cheap.
+SIGNAL_NUM = 1000
+
+
+@pytest.fixture(scope="module")
+def signal_reference(tmp_path_factory):
+    """The uninterrupted dataset both signal tests compare against (same arguments), rendered once."""
+    return tree(write_clock_dataset(tmp_path_factory.mktemp("signal") / "ref", SIGNAL_NUM, seed=6, size=64,
+                                    progress=False))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, group", [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["term", "ctrl-c"])
-def test_signal_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp_path, in_tmp, signum, group):
+def test_signal_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp_path, in_tmp, signal_reference,
+                                                                           signum, group):
     """SIGTERM or Ctrl-C to `data-synth clocks --workers 2` ends with one line, no worker tracebacks.
     SIGTERM goes to the main process alone (`kill PID`); Ctrl-C reaches the workers too."""
-    num = 2000
+    num = SIGNAL_NUM
     args = ["clocks", "--num", str(num), "--seed", "6", "--size", "64", "--out", "ds", "--workers", "2",
             "--no-progress"]
     status, err = terminate_when(args, tmp_path, lambda: logged_lines(tmp_path / ".ds.partial" / "progress.jsonl") >= 64,
@@ -204,8 +217,7 @@ def test_signal_with_two_workers_ends_cleanly_and_resumes_to_the_same_bytes(tmp_
     assert 64 <= int(re.search(r"with (\d+)", lines[0])[1]) < num
     assert not (tmp_path / "ds").exists()
     assert clocks_main(args[1:] + ["--resume"]) == 0
-    reference = write_clock_dataset(tmp_path / "ref", num, seed=6, size=64, progress=False)
-    assert tree(tmp_path / "ds") == tree(reference)
+    assert tree(tmp_path / "ds") == signal_reference
 
 
 def test_encode_png_is_lossless():
