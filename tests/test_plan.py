@@ -89,6 +89,36 @@ def test_without_deepspeed_a_bf16_model_keeps_bf16_states():
     assert states == {"weights": 2e9, "gradients": 2e9, "optimizer": 4e9, "master": 0.0}
 
 
+def test_lora_states_without_deepspeed_are_the_adapters_fp32_bytes():
+    """A bf16 model with peft LoRA after one AdamW step: the bytes of the base weights, the adapters, their
+    gradients and the optimizer's moments, read off the tensors, are the plan's weights, gradients and
+    optimizer states (peft keeps the adapters, hence their gradients and moments, in fp32)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from vlm_smmd.modeling import apply_lora
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    base = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    base_params = sum(p.numel() for p in base.parameters())
+    model = apply_lora(base, r=8, dropout=0.05)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-3)
+    model(input_ids=torch.randint(0, 128, (1, 12))).logits.float().sum().backward()
+    optimizer.step()
+
+    def nbytes(tensors):
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    measured = {"weights": nbytes(model.parameters()), "gradients": nbytes(p.grad for p in trainable),
+                "optimizer": nbytes(t for state in optimizer.state.values() for t in state.values() if t.dim()),
+                "master": 0.0}
+    arch = Architecture("qwen2", Stack(2, 64, 160, 4, 32), 128, params={"language": base_params})
+    n = sum(p.numel() for p in trainable)
+    assert model_states(arch, Setup(zero_stage=0, lora=True), n) == measured
+
+
 def _saved_bytes(model, ids) -> int:
     """Bytes of the tensors autograd saves for backward in one forward, each storage once, parameters left out."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}

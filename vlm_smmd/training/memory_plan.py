@@ -8,7 +8,8 @@ Everything else is arithmetic:
 - model states under the ZeRO stage (DeepSpeed's own accounting, bytes per parameter P, N GPUs): 16-bit
   weights 2P (ZeRO-3: 2P/N plus the largest module gathered), gradients in 16 and 32 bits (ZeRO-1: 2P + 4P/N;
   ZeRO-2: 6P/N; ZeRO-3: 4P/N plus the largest module's), fp32 master 4P/N, Adam moments 8P/N; offloaded states leave the
-  GPU. Without DeepSpeed a bf16 model trains in bf16: weights, gradients and both moments in bf16, no master.
+  GPU. Without DeepSpeed a bf16 model trains in bf16: weights, gradients and both moments in bf16, no master;
+  LoRA adapters stay fp32 there (peft), so their weights, gradients and moments take 4 bytes each.
 - activations saved for backward, per token per decoder layer, from what the HF layers keep (bf16, b = 2,
   hidden h, MLP width I, key/value width kv): each RMSNorm its fp32 input and rsqrt (4h + 4), with trained
   weights also its normalised input to the weight and its output, the projections' input (2bh); attention its
@@ -236,8 +237,11 @@ def _trainable(arch: Architecture, s: Setup) -> int:
 def model_states(arch: Architecture, s: Setup, trainable: int) -> dict:
     """Bytes per GPU of weights, gradients, optimizer states and fp32 master weights (module docstring)."""
     n, total, largest, w = s.gpus, arch.total_params + trainable * s.lora, arch.largest_module, s.weight_bytes
-    if s.zero_stage == 0:  # DDP / one GPU: the model's dtype throughout (torch AdamW keeps moments in it)
-        return dict(weights=w * total, gradients=w * trainable, optimizer=2 * w * trainable, master=0.0)
+    if s.zero_stage == 0:  # DDP / one GPU: the model's dtype throughout (torch AdamW keeps moments in it),
+        # except LoRA adapters: peft keeps them in fp32 (autocast_adapter_dtype), so their gradients and moments too
+        t = 4 if s.lora else w
+        return dict(weights=w * arch.total_params + t * trainable * s.lora, gradients=t * trainable,
+                    optimizer=2 * t * trainable, master=0.0)
     if s.zero_stage == 3:
         weights = 0.0 if s.offload_param else 2 * total / n
         weights += 2 * largest  # the module being computed, gathered
