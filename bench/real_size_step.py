@@ -11,7 +11,12 @@ Measured: the resident set once the model is built, its highest during the step 
 thread) and the rise, the process's peak (getrusage, the build included), the step's seconds. Planned (`training.memory_plan`, no DeepSpeed, device "cpu"): weights
 + gradients + optimizer states + activations + answer-only logits, without the 2 GiB GPU runtime reserve.
 
-    python bench/real_size_step.py [--json]
+The plan counts live tensors; glibc's malloc keeps freed blocks under its dynamic mmap threshold (up to 32 MB)
+resident, so the step's freed temporaries would stay in the resident set. The script first fixes that threshold
+at 1 MB (mallopt, as bench/plan_memory.py does) so the resident set follows the live bytes; `--glibc-default`
+keeps malloc's defaults.
+
+    python bench/real_size_step.py [--glibc-default] [--json]
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
 
 
-def run() -> dict:
+def run(glibc_default: bool = False) -> dict:
+    from plan_memory import return_freed_memory  # bench/ is this script's folder
+
+    returned = False if glibc_default else return_freed_memory()
     import torch
     from PIL import Image
 
@@ -121,19 +129,22 @@ def run() -> dict:
             "planned_activations_mb": round(p.activations / 2**20),
             "planned_step_rise_mb": round(planned_step / 2**20),
             "planned_total_mb": round((planned_states + p.activations + p.logits_answer_only) / 2**20),
-            "planned_total_gpu_gib": round(p.total / GIB, 2)}
+            "planned_total_gpu_gib": round(p.total / GIB, 2), "freed_memory_returned": returned}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    parser.add_argument("--glibc-default", action="store_true",
+                        help="keep malloc's defaults (freed temporaries stay resident and are measured)")
     args = parser.parse_args(argv)
-    r = run()
+    r = run(args.glibc_default)
     if args.json:
         print(json.dumps(r))
         return 0
     print(f"{r['model']} full depth, bf16, LoRA r {r['lora_r']}, one {r['tokens']}-token sample "
-          f"({r['image_tokens']} image tokens), 1 thread")
+          f"({r['image_tokens']} image tokens), 1 thread, "
+          + ("freed memory returned" if r["freed_memory_returned"] else "malloc defaults"))
     print(f"  parameters {r['params']:,}, trainable {r['trainable_params']:,} (plan: {r['planned_trainable_params']:,})")
     print(f"  build {r['build_s']} s, step {r['step_s']} s, loss {r['loss']}")
     print(f"  {'':24}{'measured MB':>12}{'planned MB':>12}")
