@@ -149,3 +149,67 @@ def test_packed_batch_gives_the_padded_loss(qwen, tmp_path):  # noqa: F811
     index = trainer.numeric_step.index(packed["labels"], None, packed["position_ids"])
     assert len(index.pos) == int((padded["labels"][:, 1:] != -100).sum()) and int(index.numeric.sum()) == 10
     assert not isinstance(index.keep, int) and outputs.logits.shape[1] == len(index.keep)  # answer columns only
+
+
+def mrope_positions(n_text_before: int, grid: tuple[int, int], n_text_after: int, rows: int) -> torch.Tensor:
+    """Qwen2-VL style position ids [rows, T] of one sample: text, an image of grid (h, w) patches (one frame),
+    text; rows 3 (temporal, height, width) or 4 (a text row 0..T-1 first, as newer transformers give)."""
+    h, w = grid
+    text = torch.arange(n_text_before).expand(3, -1)
+    start = n_text_before
+    image = torch.stack([torch.full((h * w,), start), start + torch.arange(h).repeat_interleave(w),
+                         start + torch.arange(w).repeat(h)])
+    after = int(image.max()) + 1 + torch.arange(n_text_after).expand(3, -1)
+    mrope = torch.cat([text, image, after], 1)
+    return torch.cat([torch.arange(mrope.shape[1])[None], mrope]) if rows == 4 else mrope
+
+
+@pytest.mark.parametrize("rows", [3, 4])
+def test_packed_vlm_batch_with_mrope_positions_gives_the_unpacked_loss(rows):
+    """Two VLM-style samples packed into one row with mRoPE position ids [rows, 1, T]: the same CE, aux and
+    counts as the two samples in a padded batch; the label shift and the numeric mask do not cross the
+    boundary (the packer left sample 2's first label in place, a digit, and the mask true there)."""
+    from vlm_smmd.losses.step import ANSWER_INDEX, NumericStep
+
+    torch.manual_seed(0)
+    vocab_size, digits = 40, list(range(15, 25))
+    objective = NumericObjective(digits, range(10), aux="smmd")
+    # sample: 3 text, a 2x2 image, then "question" text and a numeric answer + end token
+    samples = []
+    for answer in ([17, 13, 20, 30], [16, 21, 30]):
+        ids = torch.tensor([1, 2, 3, 9, 9, 9, 9, 4, 5] + answer)
+        labels = torch.full_like(ids, -100)
+        labels[-len(answer):] = ids[-len(answer):]
+        positions = mrope_positions(3, (2, 2), 2 + len(answer), rows)
+        samples.append({"labels": labels, "position_ids": positions, "logits": torch.randn(len(ids), vocab_size),
+                        "numeric_mask": torch.isin(labels, torch.tensor(digits))})
+    packed = {"labels": torch.cat([s["labels"] for s in samples])[None],
+              "position_ids": torch.cat([s["position_ids"] for s in samples], 1)[:, None],
+              "numeric_mask": torch.cat([s["numeric_mask"] for s in samples])[None]}
+    start = len(samples[0]["labels"])
+    packed["labels"][0, start] = 16  # the packer's leftover: a digit label on sample 2's first token
+    packed["numeric_mask"][0, start] = True
+    width = max(len(s["labels"]) for s in samples)
+    padded = {k: torch.stack([F.pad(s[k], (0, width - len(s[k])), value=v) for s in samples])
+              for k, v in (("labels", -100), ("numeric_mask", False))}
+    logits = {"packed": torch.cat([s["logits"] for s in samples])[None],
+              "padded": torch.stack([F.pad(s["logits"], (0, 0, 0, width - len(s["logits"]))) for s in samples])}
+
+    results = {}
+    for name, batch in (("packed", packed), ("padded", padded)):
+        step = NumericStep(objective, "cpu")
+        step.begin([batch], "cpu")
+        index = batch[ANSWER_INDEX]
+        targets = batch["labels"][index.batch, index.pos + 1]
+        parts = objective(logits[name][index.batch, index.pos], targets,
+                          numeric_mask=batch["numeric_mask"][index.batch, index.pos + 1])
+        results[name] = (parts, step.counts.tolist(), index)
+    (got, got_counts, index), (want, want_counts, _) = results["packed"], results["padded"]
+    assert got_counts == want_counts == [7, 4]  # 4 + 3 answer tokens, 2 + 2 digits
+    for key in ("ce", "aux", "n_numeric"):
+        assert torch.allclose(got[key].float(), want[key].float(), rtol=1e-6), key
+    assert float(want["aux"]) > 0
+    assert start - 1 not in index.pos.tolist()  # sample 1's last token does not predict sample 2's first
+    # the index of one batch (evaluation, no begin) reads the same boundaries
+    alone = NumericStep(objective, "cpu").index(packed["labels"], packed["numeric_mask"], packed["position_ids"])
+    assert torch.equal(alone.pos, index.pos) and torch.equal(alone.numeric, index.numeric)

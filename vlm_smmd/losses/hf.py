@@ -36,7 +36,7 @@ import torch
 from ..numeric import NumericVocab
 from .hidden import DecoderOutput, final_hidden_states, lm_head_of, numeric_logits
 from .objective import IGNORE_INDEX, NumericObjective, answer_positions
-from .step import ANSWER_INDEX, NumericStep, packed_key
+from .step import ANSWER_INDEX, NumericStep, sample_starts
 
 NUMERIC_VOCABS = ("all", "canonical")
 
@@ -217,9 +217,9 @@ class NumericLossMixin:
         if self.fused_ce:
             counted = model.training and step.counts is not None
             ce_count = step.counts[0] if counted else torch.tensor(len(index.pos), device=device)
-            if packed_key({**inputs, "labels": labels}, "position_ids"):  # packed: a sample's first label is
-                # not the previous sample's target
-                labels = labels.masked_fill(inputs["position_ids"] == 0, IGNORE_INDEX)
+            starts = sample_starts(inputs.get("position_ids"), labels.shape)
+            if starts is not None:  # packed: a sample's first label is not the previous sample's target
+                labels = labels.masked_fill(starts, IGNORE_INDEX)
             unwrapped = self.accelerator.unwrap_model(model)
             with DecoderOutput(unwrapped) as seen:
                 outputs = model(**inputs, labels=labels, num_items_in_batch=ce_count.clamp_min(1),

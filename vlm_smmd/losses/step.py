@@ -4,8 +4,8 @@ through it our `NumericTrainer`) and `numeric_loss_func` (a Trainer's `compute_l
 Written once here:
 - `AnswerIndex`: the positions that predict an answer token (`answer_positions`, the causal-LM shift) and the
   logits the model must build for them (`logits_to_keep`); in a packed batch (TRL padding-free: one row,
-  position_ids restarting at 0 per sample) a sample's first token is never a target, so the shift never
-  crosses a sequence boundary.
+  position_ids restarting at 0 per sample, or a VLM's mRoPE position ids [R, B, T]: `sample_starts`) a sample's
+  first token is never a target, so the shift never crosses a sequence boundary.
 - `NumericStep.begin`: the optimizer step's two counts, answer tokens and numeric answer tokens, over all
   its micro-batches and ranks, from one host copy of their labels (the step's only sync). A numeric token
   counts where its target is in V_num and, when the batch has the collator's `numeric_mask`, where that mask
@@ -30,10 +30,23 @@ PARTS = ("ce_sum", "n_tokens", "aux_sum", "n_numeric")
 
 
 def packed_key(batch: dict, key: str) -> bool:
-    """Whether batch[key] is one of the [B, T] tensors the index reads: the numeric_mask, or position_ids of
-    a packed text batch (not a VLM's mRoPE position ids [3, B, T])."""
+    """Whether batch[key] is a tensor the index reads: the numeric_mask [B, T], or position_ids ([B, T], or a
+    VLM's mRoPE position ids [R, B, T])."""
     value = batch.get(key)
-    return value is not None and value.shape == batch["labels"].shape
+    if value is None:
+        return False
+    shape = batch["labels"].shape
+    return value.shape == shape or (key == "position_ids" and value.dim() == 3 and value.shape[1:] == shape)
+
+
+def sample_starts(position_ids: torch.Tensor | None, shape) -> torch.Tensor | None:
+    """[B, T] bool, True where a packed sample starts (its position restarts at 0), from position_ids [B, T]
+    or a VLM's mRoPE position ids [R, B, T] (Qwen2/2.5/3-VL: R = 3, or 4 with a text row first). Row 0 is read:
+    the text row, or mRoPE's temporal row, which is 0 only at a sample's first token (a text token; an image's
+    temporal positions start after the text before it). None when there are none or their shape is neither."""
+    if position_ids is None or position_ids.dim() not in (2, 3) or tuple(position_ids.shape[-2:]) != tuple(shape):
+        return None
+    return position_ids.reshape(-1, *shape)[0] == 0
 
 
 @dataclass
@@ -52,14 +65,14 @@ class AnswerIndex:
 
     @classmethod
     def of(cls, labels: torch.Tensor, numeric_ids: torch.Tensor, numeric_mask: torch.Tensor | None = None,
-           position_ids: torch.Tensor | None = None) -> AnswerIndex:
+           starts: torch.Tensor | None = None) -> AnswerIndex:
         """From host labels [B, T], V_num's ids [N], and optionally the collator's numeric_mask [B, T] and a
-        packed batch's position_ids [B, T]."""
+        packed batch's sample starts [B, T] bool (`sample_starts`)."""
         if labels.dim() != 2:
             raise ValueError(f"labels must be [B, T], got {tuple(labels.shape)}")
         following = labels[:, 1:] != IGNORE_INDEX  # position t predicts label t + 1
-        if position_ids is not None:  # packed: a sample's first token is not predicted by the one before
-            following &= position_ids.reshape(labels.shape)[:, 1:] != 0
+        if starts is not None:  # packed: a sample's first token is not predicted by the one before
+            following &= ~starts.reshape(labels.shape)[:, 1:].bool()
         batch, pos = following.nonzero(as_tuple=True)
         targets = labels[batch, pos + 1]
         numeric = torch.isin(targets, numeric_ids)
@@ -87,17 +100,21 @@ class NumericStep:
         self.sums = {phase: torch.zeros(len(PARTS), dtype=torch.float64, device=device) for phase in ("train", "eval")}
 
     def index(self, labels: torch.Tensor, numeric_mask=None, position_ids=None) -> AnswerIndex:
-        """The host index of one batch (its tensors may be on the device: they are copied, a sync)."""
-        if position_ids is not None and position_ids.shape != labels.shape:
-            position_ids = None  # mRoPE [3, B, T] (a VLM's padded batch): not a packed text batch
-        host = [None if t is None else t.cpu() for t in (numeric_mask, position_ids)]
+        """The host index of one batch (its tensors may be on the device: they are copied, a sync);
+        position_ids [B, T] or mRoPE [R, B, T]."""
+        host = [None if t is None else t.cpu() for t in (numeric_mask, sample_starts(position_ids, labels.shape))]
         return AnswerIndex.of(labels.cpu(), self.numeric_ids, *host)
 
     def begin(self, batches: list[dict], device, gather=None) -> None:
         """Index each micro-batch of the optimizer step (under `ANSWER_INDEX`) and count the step's answer and
         numeric answer tokens; `gather` sums a [1, 2] tensor over ranks (None on one rank)."""
         keys = ["labels", *(k for k in ("numeric_mask", "position_ids") if packed_key(batches[0], k))]
-        flat = torch.cat([b[k].flatten().long() for b in batches for k in keys]).cpu()  # the step's one sync
+
+        def tensor(batch, key):  # position_ids: as their sample starts [B, T]
+            value = batch[key]
+            return sample_starts(value, batch["labels"].shape) if key == "position_ids" else value
+
+        flat = torch.cat([tensor(b, k).flatten().long() for b in batches for k in keys]).cpu()  # the step's one sync
         counts = torch.zeros(2, dtype=torch.long)
         offset = 0
         for batch in batches:
