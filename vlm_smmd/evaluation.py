@@ -30,6 +30,7 @@ one; the analysis draws a few for grounding) and scores:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -592,13 +593,51 @@ def read_source(spec: DataSpec, split: str, on_error: str = "raise", options: Ma
     return read(spec.name, spec.path, split, on_error=on_error, **(options or {}))
 
 
-def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "test", limit: int | None = None,
-                   batch_size: int = 8, max_new_tokens: int = 16, system_prompt: str | None = None,
-                   instruction: str | None = None, min_pixels: int | None = None, max_pixels: int | None = None,
-                   on_error: str = "raise", device: str | None = None, dtype: str | None = None,
-                   progress: bool = True, train_data: Sequence[tuple[str, str, str]] = (),
-                   max_image_pixels: int | None = None, reader_options: Mapping[str, Mapping] | None = None,
-                   threads: Mapping | None = None, resume: bool = False) -> dict:
+@dataclasses.dataclass
+class EvalArguments:
+    """The settings of one evaluation (`evaluate_model`): the single list behind the eval command's flags
+    (each field is the flag of its name, `--batch-size` for batch_size, unless its metadata says "flag":
+    None), compare's eval settings, variant.json and the compare worker (`to_dict` / `from_dict`)."""
+
+    split: str = "test"
+    limit: int | None = None
+    batch_size: int = 8
+    max_new_tokens: int = 16
+    system_prompt: str | None = None
+    instruction: str | None = None
+    min_pixels: int | None = None
+    max_pixels: int | None = None
+    on_error: str = "raise"
+    max_image_pixels: int | None = None
+    device: str | None = None
+    dtype: str | None = None
+    # (task, root, split) sets the model was trained on; eval's --train-data
+    train_data: tuple[tuple[str, str, str], ...] = ()
+    # {source: reader keyword options}; None takes the training run's (no flag: run_config.json holds them)
+    reader_options: dict[str, dict] | None = dataclasses.field(default=None, metadata={"flag": None})
+    resume: bool = False
+
+    def __post_init__(self):
+        self.train_data = tuple(tuple(t) for t in self.train_data)  # JSON gives lists
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping, source) -> EvalArguments:
+        """The arguments `values` holds (as `to_dict` wrote them, e.g. in variant.json); a ValueError naming
+        `source` (the file) for a key that is no field: settings written by another version are refused,
+        never dropped."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"{source}: unknown evaluation setting(s) {', '.join(unknown)} (known: "
+                             f"{', '.join(sorted(names))})")
+        return cls(**values)
+
+
+def evaluate_model(model_name_or_path, data_specs, out_dir, arguments: EvalArguments | None = None, *,
+                   progress: bool = True, threads: Mapping | None = None, **settings) -> dict:
     """Load a model, generate for the first `limit` samples (all when None) of `split` of each data spec,
     score, write predictions.jsonl + metrics.json to `out_dir`, and return the metrics.
 
@@ -622,11 +661,18 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
     `resume` continues from them (the same arguments, RESUME_KEYS, or a ValueError listing the changed
     ones) and generates only the samples they lack. The finished run writes predictions.jsonl and
     metrics.json and removes the partial files.
+
+    `arguments`: the settings (`EvalArguments`); or give its fields as keywords (`split="val"`), not both.
     """
     import torch
 
     from vlm_smmd.modeling import load_model_and_processor
 
+    if arguments is not None and settings:
+        raise TypeError(f"evaluate_model: pass the EvalArguments or its fields as keywords, not both "
+                        f"({', '.join(settings)})")
+    a = arguments if arguments is not None else EvalArguments(**settings)
+    split, limit, on_error, reader_options = a.split, a.limit, a.on_error, a.reader_options
     check_on_error(on_error)
     specs = [parse_data_spec(s) for s in data_specs]
     if not specs:
@@ -644,7 +690,7 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
 
     from vlm_smmd.data.sample import set_max_image_pixels
 
-    set_max_image_pixels(max_image_pixels)
+    set_max_image_pixels(a.max_image_pixels)
     # read every dataset before the (slow) model load so that data errors surface first
     if reader_options is None:
         reader_options = training_reader_options(model_name_or_path)
@@ -655,19 +701,19 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
             raise ValueError(f"{s.name}:{s.path}: split {split!r} holds no usable samples")
 
     run = {"model": str(model_name_or_path), "data": {s.name: str(s.path) for s in specs},
-           "split": split, "limit": limit, "batch_size": batch_size, "max_new_tokens": max_new_tokens,
-           "system_prompt": system_prompt, "instruction": instruction, "min_pixels": min_pixels,
-           "max_pixels": max_pixels, "on_error": on_error,
-           "train_data": [list(t) for t in train_data], "max_image_pixels": max_image_pixels,
+           "split": split, "limit": limit, "batch_size": a.batch_size, "max_new_tokens": a.max_new_tokens,
+           "system_prompt": a.system_prompt, "instruction": a.instruction, "min_pixels": a.min_pixels,
+           "max_pixels": a.max_pixels, "on_error": on_error,
+           "train_data": [list(t) for t in a.train_data], "max_image_pixels": a.max_image_pixels,
            "reader_options": {name: opts for name, opts in reader_options.items() if opts},
            "threads": dict(threads) if threads is not None else {"threads": torch.get_num_threads()}}
-    kept = _read_partial(out, run) if resume else []
+    kept = _read_partial(out, run) if a.resume else []
     if kept:
         print(f"--resume: {len(kept)} predictions kept from {out / PARTIAL}; generating the rest")
     done = dict(zip(_keys((r["source"], str(r["id"])) for r in kept), kept, strict=True))
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = dtype or ("fp32" if str(device).startswith("cpu") else "auto")
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = a.dtype or ("fp32" if str(device).startswith("cpu") else "auto")
     model, processor = load_model_and_processor(str(model_name_or_path), dtype=dtype, verbose=False)
     _refuse_nonfinite(model, model_name_or_path)
     model.to(device)
@@ -693,13 +739,14 @@ def evaluate_model(model_name_or_path, data_specs, out_dir, *, split: str = "tes
             for s, ds in datasets:
                 n = len(ds) if limit is None else min(limit, len(ds))
                 samples = [ds[i] for i in range(n)]
-                leakage[s.name] = _leakage(samples, s.name, split, train_data, on_error, progress)
+                leakage[s.name] = _leakage(samples, s.name, split, a.train_data, on_error, progress)
                 keys = _keys((sample.source, str(sample.id)) for sample in samples)
                 todo = [sample for sample, key in zip(samples, keys, strict=True) if key not in done]
                 log = SkipLog(f"eval {s.name}")
-                recs = generate_predictions(model, processor, todo, batch_size=batch_size,
-                                            max_new_tokens=max_new_tokens, system_prompt=system_prompt,
-                                            instruction=instruction, min_pixels=min_pixels, max_pixels=max_pixels,
+                recs = generate_predictions(model, processor, todo, batch_size=a.batch_size,
+                                            max_new_tokens=a.max_new_tokens, system_prompt=a.system_prompt,
+                                            instruction=a.instruction, min_pixels=a.min_pixels,
+                                            max_pixels=a.max_pixels,
                                             progress=progress, on_error=on_error, skip_log=log,
                                             desc=f"eval {s.name}", sink=sink) if todo else []
                 new = dict(zip(_keys((r["source"], str(r["id"])) for r in recs), recs, strict=True))

@@ -53,9 +53,22 @@ from pathlib import Path
 
 from data_synth.args import Parser
 
-from ..config import AUX_NAMES, ConfigError, check_config, check_seeds, evaluated_splits, parse_overrides
+from ..config import (
+    AUX_NAMES,
+    ConfigError,
+    LossArguments,
+    check_config,
+    check_seeds,
+    evaluated_splits,
+    load_config,
+    parse_overrides,
+    uses_deepspeed,
+)
 from ..data.tasks import answer_tokens
-from ..experiments.variants import KERNEL_CONTROLS, RESERVED
+from ..evaluation import EvalArguments
+from ..experiments.store import StateError, file_sha256, read_state, write_json
+from ..experiments.threads import plan_threads
+from ..experiments.variants import KERNEL_CONTROLS, RESERVED, GridError, check_grid, parse_grid, plan_variants
 from . import Output, UsageError
 
 
@@ -183,8 +196,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def _grid(args) -> None:
     """args.grid_values from --grid, each value checked against the config; the selection stage runs on
     development seeds only and tests nothing (no --contrast)."""
-    from ..experiments.variants import GridError, check_grid, parse_grid
-
     try:
         args.grid_values = parse_grid(args.grid)
         check_grid(args.grid_values, args.config, args.overrides)
@@ -210,7 +221,11 @@ def output(args) -> Output:
 
 
 def run(args) -> int:
-    from ..training.guards import LOCK_FILE, OutputLockedError, output_lock
+    from ..training.guards import (  # imports torch: --help starts fast
+        LOCK_FILE,
+        OutputLockedError,
+        output_lock,
+    )
 
     out = args.out.resolve()
     if out.exists() and not out.is_dir():
@@ -226,11 +241,14 @@ def run(args) -> int:
 
 
 def _run(args, out: Path, lock_file: str) -> int:
-    from ..config import LossArguments, load_config, uses_deepspeed
-    from ..experiments.orchestrate import data_fingerprints, held_out_check, run_compare, split_figures
-    from ..experiments.store import StateError, file_sha256, read_state, write_json
-    from ..experiments.threads import plan_threads
-    from ..experiments.variants import plan_variants
+    # numpy (the statistics) and torch (training): compare --help starts without them
+    from ..experiments.orchestrate import (
+        data_fingerprints,
+        eval_settings,
+        held_out_check,
+        run_compare,
+        split_figures,
+    )
     from ..training import synthesize_if_missing
 
     config = args.config.resolve()
@@ -240,14 +258,13 @@ def _run(args, out: Path, lock_file: str) -> int:
         raise UsageError(e) from None
     data_args, model_args = args.data_args, args.model_args
     splits = evaluated_splits(data_args)
-    settings = {
-        "config": str(config), "config_sha256": file_sha256(config), "overrides": args.overrides,
-        "eval": {"data": args.data, "splits": splits, "limit": args.eval_limit,
-                 "batch_size": args.eval_batch_size, "max_new_tokens": args.max_new_tokens,
-                 "system_prompt": data_args.system_prompt, "instruction": data_args.instruction,
-                 "min_pixels": model_args.min_pixels, "max_pixels": model_args.max_pixels,
-                 "on_error": data_args.on_error, "max_image_pixels": data_args.max_image_pixels},
-    }
+    arguments = EvalArguments(limit=args.eval_limit, batch_size=args.eval_batch_size,
+                              max_new_tokens=args.max_new_tokens, system_prompt=data_args.system_prompt,
+                              instruction=data_args.instruction, min_pixels=model_args.min_pixels,
+                              max_pixels=model_args.max_pixels, on_error=data_args.on_error,
+                              max_image_pixels=data_args.max_image_pixels)
+    settings = {"config": str(config), "config_sha256": file_sha256(config), "overrides": args.overrides,
+                "eval": eval_settings(args.data, splits, arguments)}
     settings_file = out / "compare.json"
     # --out is new, empty, or an earlier compare with the same settings (resumed); results.md, plots/ and
     # analysis/ would overwrite whatever else a folder holds
@@ -257,6 +274,8 @@ def _run(args, out: Path, lock_file: str) -> int:
             old = read_state(settings_file)
         except StateError as e:
             raise UsageError(f"{e}; use another --out") from None
+        if isinstance(old.get("eval"), dict):  # written before compare kept every EvalArguments field: defaults
+            old = {**old, "eval": {**json.loads(json.dumps(EvalArguments().to_dict())), **old["eval"]}}
         diff = [k for k in settings if json.dumps(old.get(k), sort_keys=True) != json.dumps(
             json.loads(json.dumps(settings[k], default=str)), sort_keys=True)]
         if diff:
@@ -309,7 +328,7 @@ def _run(args, out: Path, lock_file: str) -> int:
                      launcher=shlex.split(args.launcher) if args.launcher else None, keep_models=args.keep_models,
                      jobs=args.jobs, env=threads.env())
     if args.grid_values:  # the selection stage: the choice per loss from the val table (not evidence)
-        from ..experiments.selection import write_selection
+        from ..experiments.selection import write_selection  # numpy: compare --help starts without it
 
         chosen = write_selection(out, variants, settings, args.dev_seed_list)["losses"]
         print(f"selection (not evidence) in {out / 'selection.json'}: " + "; ".join(

@@ -4,20 +4,31 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from data_synth.args import Parser
 
+from ..data.itsabouttime import coverage_line
 from ..data.tasks import TASKS, answer_tokens
+from ..evaluation import (
+    PARTIAL,
+    PARTIAL_RUN,
+    EvalArguments,
+    evaluate_model,
+    format_metrics_table,
+    parse_data_spec,
+    training_data,
+    training_prompts,
+)
+from ..experiments.threads import use_thread_plan
 from . import Output, UsageError, existing
 
 OUTPUTS = ("predictions.jsonl", "metrics.json")
 
 
 def _spec(text: str):
-    from ..evaluation import parse_data_spec
-
     try:
         return parse_data_spec(text)
     except ValueError as e:
@@ -74,6 +85,18 @@ def build_parser() -> Parser:
     return parser
 
 
+def flag_fields() -> list[str]:
+    """The EvalArguments fields that are eval flags (`--batch-size` sets batch_size): all but those whose
+    metadata says "flag": None."""
+    return [f.name for f in dataclasses.fields(EvalArguments) if f.metadata.get("flag", f.name) is not None]
+
+
+def eval_arguments(args: argparse.Namespace, **taken) -> EvalArguments:
+    """The EvalArguments of parsed flags, with `taken` (values found elsewhere, e.g. in run_config.json)
+    in place of the flags of their names."""
+    return EvalArguments(**{**{name: getattr(args, name) for name in flag_fields()}, **taken})
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -91,8 +114,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def output(args) -> Output:
-    from ..evaluation import PARTIAL, PARTIAL_RUN
-
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} exists and is not a folder; choose a new --out")
 
@@ -123,21 +144,16 @@ def _written_by_eval(out: Path) -> bool:
 
 
 def run(args) -> int:
-    from ..evaluation import evaluate_model, format_metrics_table, training_data, training_prompts
-    from ..experiments.threads import use_thread_plan
-    from ..modeling import resolve_family
+    from ..modeling import resolve_family  # imports torch: kept here so that eval --help starts fast
 
     resolve_family(args.model)  # a bad name or path fails before the data is read
     system_prompt, instruction, note = training_prompts(args.model, args.system_prompt, args.instruction)
     if note:
         print(note)
     threads = use_thread_plan()  # like train and compare
-    metrics = evaluate_model(
-        args.model, args.data, args.out, split=args.split, limit=args.limit, batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens, system_prompt=system_prompt, instruction=instruction,
-        min_pixels=args.min_pixels, max_pixels=args.max_pixels, on_error=args.on_error, device=args.device,
-        dtype=args.dtype, train_data=args.train_data or training_data(args.model),
-        max_image_pixels=args.max_image_pixels, threads=threads.record(), resume=args.resume)
+    arguments = eval_arguments(args, system_prompt=system_prompt, instruction=instruction,
+                               train_data=args.train_data or training_data(args.model))
+    metrics = evaluate_model(args.model, args.data, args.out, arguments, threads=threads.record())
     for name, options in metrics["run"]["reader_options"].items():
         print(f"{name}: read with the training run's reader_options {json.dumps(options, sort_keys=True)}")
     print(format_metrics_table(metrics))
@@ -149,8 +165,6 @@ def run(args) -> int:
             print(f"WARNING: {name} {args.split} is not held out: it shares records with the training data "
                   f"{report['train']}")
     if metrics.get("coverage"):
-        from ..data.itsabouttime import coverage_line
-
         for name, coverage in metrics["coverage"].items():
             print(f"{name}: {coverage_line(coverage)}")
     for name, counts in metrics["skipped"].items():

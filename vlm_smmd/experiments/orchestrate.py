@@ -15,6 +15,7 @@ SIGTERM when compare dies (PR_SET_PDEATHSIG, even after kill -9), and the worker
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import json
 import os
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from data_synth.interrupts import Terminated, interrupt_status
 
+from ..evaluation import EvalArguments, evaluate_model
 from .results import fmt, run_metrics, write_results
 from .store import WEIGHT_SUFFIXES, StateError, Status, drop_weights, read_json, read_state, tail, write_json
 from .variants import Variant, variant_overrides
@@ -51,16 +53,32 @@ def variant_worker(spec_path) -> int:
     """Body of the per-variant process: train (unless train.json says it is done), then evaluate.
 
     `spec_path`: a variant.json written by `run_variant` ({"run_dir", "config", "overrides",
-    "deepspeed", "stages", "eval": {keyword arguments of `evaluate_model` and "data"}}).
+    "deepspeed", "stages", "eval": `eval_settings`}).
     """
     spec = read_json(Path(spec_path))
     run_dir = Path(spec["run_dir"])
     try:
-        _work(spec, run_dir)
+        _work(spec, run_dir, spec_path)
     except Exception as e:  # the reason compare reports, whatever the log prints after it (a warning at exit)
         write_json(run_dir / WORKER_ERROR, {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:1000]}"})
         raise
     return 0
+
+
+def eval_settings(data, splits: Sequence[str], arguments: EvalArguments) -> dict:
+    """compare's evaluation settings (compare.json's and variant.json's "eval"): the evaluated data
+    ([name, path] pairs), the splits (each in place of arguments.split) and every EvalArguments field."""
+    return {"data": [[name, str(path)] for name, path in data], "splits": list(splits), **arguments.to_dict()}
+
+
+def read_eval_settings(settings: dict, source) -> tuple[list[tuple[str, str]], list[str], EvalArguments]:
+    """(data, splits, arguments) of `eval_settings`'s dict; a ValueError naming `source` (the file) when
+    data or splits is missing or a key is no EvalArguments field."""
+    options = dict(settings)
+    if not isinstance(options.get("data"), list) or not isinstance(options.get("splits"), list):
+        raise ValueError(f"{source}: the eval settings need the lists data and splits")
+    data, splits = options.pop("data"), options.pop("splits")
+    return [tuple(d) for d in data], splits, EvalArguments.from_dict(options, source)
 
 
 def _evaluated(split_dir: Path) -> bool:
@@ -72,7 +90,7 @@ def _evaluated(split_dir: Path) -> bool:
     return (split_dir / "predictions.jsonl").is_file()
 
 
-def _work(spec: dict, run_dir: Path) -> None:
+def _work(spec: dict, run_dir: Path, spec_path) -> None:
     if "train" in spec["stages"] and not (run_dir / "train.json").is_file():
         from ..config import load_config
         from ..training import ensure_single_process_env, run
@@ -85,13 +103,11 @@ def _work(spec: dict, run_dir: Path) -> None:
         write_json(run_dir / "train.json", {**{k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
                                             "torch_threads": torch.get_num_threads()})
     if "eval" in spec["stages"]:
-        from ..evaluation import evaluate_model
-
-        options = dict(spec["eval"])
-        data = [tuple(d) for d in options.pop("data")]
-        for split in options.pop("splits"):
+        data, splits, arguments = read_eval_settings(spec["eval"], spec_path)
+        for split in splits:
             if not _evaluated(run_dir / split):  # a retry evaluates what is missing or damaged
-                evaluate_model(run_dir / "model", data, run_dir / split, split=split, progress=False, **options)
+                evaluate_model(run_dir / "model", data, run_dir / split, dataclasses.replace(arguments, split=split),
+                               progress=False)
 
 
 def follow_parent() -> None:
