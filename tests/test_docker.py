@@ -647,3 +647,63 @@ def test_hadolint_finds_nothing_and_every_ignore_says_why():
         rule = lines[i].split("=", 1)[1]
         assert lines[i - 1].startswith("#") and rule in "\n".join(lines[max(0, i - 4):i]), (
             f"Dockerfile line {i + 1}: say why {rule} is ignored in the comment above it")
+
+
+def _resolve_install_step(instructions, tmp_path, constraints: Path):
+    """`pip install --dry-run --report` of the image's dependency layer (its own requirement list, printed by
+    the Dockerfile's python -c, and the packages named beside it) against `constraints`: (returncode, report,
+    output)."""
+    import os
+    import subprocess
+    import sys
+
+    step = next(i for i in instructions if i.keyword == "RUN" and "-r /tmp/requirements.txt" in i.args)
+    script = re.search(r'python -c "(.*?)"\s*>\s*/tmp/requirements\.txt', step.args, re.S).group(1)
+    requirements = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                                  check=True).stdout
+    (tmp_path / "requirements.txt").write_text(requirements)
+    beside = re.search(r"-r /tmp/requirements\.txt\s+([^&]*?)\s*&&", step.args).group(1).split()
+    report = tmp_path / "report.json"
+    # only the constraints file under test: a pip configuration's own global constraint is cleared
+    env = {**os.environ, "PIP_CONSTRAINT": ""}
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                           "--report", str(report), "-c", str(constraints), "-r", str(tmp_path / "requirements.txt"),
+                           *beside], capture_output=True, text=True, env=env, timeout=600)
+    return proc.returncode, json.loads(report.read_text()) if report.is_file() else None, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_the_images_install_step_resolves_against_the_constraints(instructions, pins, tmp_path):
+    """The image's dependency layer resolves with docker/constraints.txt: every pinned package at its pin, and
+    each package left unpinned one that only torch or torchvision needs (the base image brings those).
+    Resolved with this interpreter, Python 3.11, from the package registry (about a minute: deepspeed's sdist
+    metadata is built); the base image's own Python cannot be installed here."""
+    returncode, report, output = _resolve_install_step(instructions, tmp_path, CONSTRAINTS)
+    assert returncode == 0, output[-3000:]
+    resolved = {canonicalize_name(i["metadata"]["name"]): i["metadata"] for i in report["install"]}
+    wrong = {n: m["version"] for n, m in resolved.items() if n in pins and Version(m["version"]) != pins[n]}
+    assert not wrong, f"resolved off their pins: {wrong}"
+    # what torch and torchvision pull in, from the report's own metadata
+    base, todo = set(), ["torch", "torchvision"]
+    while todo:
+        name = todo.pop()
+        if name in base or name not in resolved:
+            continue
+        base.add(name)
+        for line in resolved[name].get("requires_dist", []):
+            req = Requirement(line)
+            if not req.marker or req.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(req.name))
+    unpinned = sorted(set(resolved) - set(pins) - base)
+    assert not unpinned, f"resolved but not pinned in docker/constraints.txt: {unpinned}"
+
+
+@pytest.mark.slow
+def test_a_conflicting_constraint_fails_the_resolution(instructions, pins, tmp_path):
+    """The same resolution with a constraint outside pyproject.toml's range for transformers fails."""
+    conflicting = tmp_path / "constraints.txt"
+    text = CONSTRAINTS.read_text()
+    assert re.search(r"^transformers==", text, re.M)
+    conflicting.write_text(re.sub(r"^transformers==.*$", "transformers==4.40.0", text, flags=re.M))
+    returncode, _, output = _resolve_install_step(instructions, tmp_path, conflicting)
+    assert returncode != 0 and "transformers" in output, output[-3000:]
