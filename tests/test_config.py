@@ -84,3 +84,50 @@ def test_yaml_values_of_the_wrong_type_name_the_key(tmp_path, text, match):
 def test_quoted_yaml_booleans_are_read_as_booleans(tmp_path):
     model, *_ = load_config(write(tmp_path, 'data_root: d\nfreeze_vision: "false"\nlora: "yes"\n'))
     assert model.freeze_vision is False and model.lora is True
+
+
+def test_mapping_keys_are_parsed_once_into_typed_values(tmp_path):
+    from vlm_smmd.config import DataArguments, check_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset: arithmetic\ndata_root: d\nsynthesize: arithmetic\nsynthesize_options: {digits: 2}\n")
+    _, data_args, _, _ = check_config(path)
+    assert data_args.synthesize_options == {"digits": 2}
+    # text set later (an older caller, a run_config.json value) is parsed on assignment, never kept as text
+    data_args.reader_options = '{"a": 1}'
+    assert data_args.reader_options == {"a": 1}
+    mixed = DataArguments(dataset="mixture", mixture='[{"name": "clocks", "root": "r"}]')
+    assert mixed.mixture == [{"name": "clocks", "root": "r"}]
+    assert dataclasses.replace(mixed).mixture == mixed.mixture
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"synthesize_options": "{digits: [1"}, "--synthesize_options: not a mapping"),
+    ({"synthesize_options": "[1, 2]"}, "synthesize_options: expected a mapping"),
+    ({"synthesize_options": "{digitz: 2}"}, "unknown key 'digitz' in synthesize_options of synthesize: arithmetic"),
+    ({"dataset": "mixture", "mixture": "{name: clocks}"}, "mixture: expected a list of sources"),
+])
+def test_bad_mapping_values_are_one_line_errors_naming_the_key(tmp_path, override, message):
+    from vlm_smmd.config import check_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset: arithmetic\ndata_root: d\nsynthesize: arithmetic\n")
+    with pytest.raises(ConfigError, match=message) as caught:
+        check_config(path, override)
+    assert "\n" not in str(caught.value)
+
+
+def test_every_synthetic_kind_row_names_a_writer_a_layout_and_its_options():
+    import inspect
+
+    from vlm_smmd.data.tasks import SET_BY_RECIPE, SYNTH_KINDS, TASKS, synth_options, synth_writer
+
+    for name, row in SYNTH_KINDS.items():
+        assert row.layout in TASKS, name
+        params = inspect.signature(synth_writer(name)).parameters
+        wanted = {"layout", "split"} if row.per_split else {"num", "seed"}
+        assert wanted <= set(params), name  # the contract its row says it follows
+        options = synth_options(name)
+        assert options and not set(options) & SET_BY_RECIPE, name
+        if row.size is not None:  # synthesize_size sets `size`: the writer takes it, the user only per split
+            assert "size" in params and ("size" in options) == row.per_split, name

@@ -15,7 +15,6 @@ import ast
 import difflib
 import functools
 import importlib.util
-import json
 import math
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
@@ -23,13 +22,12 @@ from pathlib import Path
 
 import yaml
 
-from .data.tasks import SYNTHESIZERS, TASKS, synth_writer
+from .data.tasks import SYNTH_KINDS as SYNTH_TABLE
+from .data.tasks import TASKS, synth_nested, synth_options
 from .losses.registry import AUX_LAMBDA, AUX_NAMES, LOSSES, SETTINGS, options_from_settings
 
 DATASETS = (*TASKS, "mixture")
-# chartqa / plotqa / dvqa: the default chart mix in that layout; bars: unlabelled bars against an axis
-# (ChartQA layout); arithmetic: text problems
-SYNTH_KINDS = ("none", *SYNTHESIZERS)
+SYNTH_KINDS = ("none", *SYNTH_TABLE)  # the `synthesize:` kinds: rows of data.tasks.SYNTH_KINDS
 
 
 class ConfigError(ValueError):
@@ -79,12 +77,12 @@ class DataArguments:
     data_root: str | None = field(default=None, metadata={"help": "dataset folder (the reader's root)"})
     train_split: str = "train"
     eval_split: str | None = field(default=None, metadata={"help": "split scored during training (loss only)"})
-    mixture: str | None = field(
+    mixture: list[dict] | None = field(
         default=None,
-        metadata={"help": "mixture sources: a JSON list of {name, root, split, weight, limit} "
-                  "(in YAML a plain list)"},
+        metadata={"help": "mixture sources: a list of {name, root, split, weight, limit} "
+                  "(in YAML a plain list; on the command line JSON or YAML text)"},
     )
-    reader_options: str | None = field(
+    reader_options: dict | None = field(
         default=None, metadata={"help": "extra reader keywords as a mapping, e.g. {target: rationale} for gsm8k, "
                                 "{modules: 'arithmetic__add*'} for deepmind_math (in YAML a plain mapping)"})
     max_train_samples: int | None = None
@@ -100,15 +98,10 @@ class DataArguments:
     synthesize_num: int = 1000
     synthesize_seed: int = 0
     synthesize_size: int = 224
-    synthesize_options: str | None = field(
-        default=None, metadata={"help": "extra data-synth options as a mapping (clocks: splits, style, plain, "
-                                "variation, unseen_fraction, unseen_seed; bars: bar_axis_max, bar_places, "
-                                "bars_per_chart, bar_noise, unseen_fraction, unseen_seed; arithmetic: splits, digits, "
-                                "places, operations, negatives, div_places, distinct, unseen_fraction, unseen_seed; "
-                                "word_problems: splits, distractor_rate, operations, unseen_fraction, unseen_seed; "
-                                "grounding: the keywords of data_synth.grounding.write_grounding_dataset, e.g. splits, width, "
-                                "height, task, coords, objects, object_size, grid, unseen_fraction) (in YAML a "
-                                "plain mapping)"})
+    synthesize_options: dict | None = field(
+        default=None, metadata={"help": "extra options of the synthetic kind's writer as a mapping (in YAML a plain "
+                                "mapping), checked against its keywords: " + "; ".join(
+                                    f"{k.name}: {k.writer.replace(':', '.')}" for k in SYNTH_TABLE.values())})
     preflight_workers: int = field(default=1, metadata={"help": "processes for the preflight check of every record"})
     max_image_pixels: int | None = field(default=None, metadata={
         "help": "largest image (width x height) accepted; larger ones are bad records; default Pillow's "
@@ -122,6 +115,37 @@ class DataArguments:
     primary_split: str | None = field(default=None, metadata={"help": "the split of the primary endpoint"})
     dev_seeds: list[int] = field(default_factory=list, metadata={
         "help": "seeds used while building this setting: reported, never counted as confirmation"})
+
+    def __setattr__(self, name, value):
+        # the mapping-valued keys are typed whenever set (init, replace, assignment): JSON or YAML text (older
+        # callers, run_config.json) is parsed once here; a value of another shape is a ConfigError naming the key
+        object.__setattr__(self, name, mapping_value(name, value) if name in MAPPING_KEYS else value)
+
+
+MAPPING_KEYS = ("mixture", "reader_options", "synthesize_options")  # mixture: a list of mappings
+
+
+def mapping_value(key: str, value, where: str | None = None):
+    """`value` of mapping-valued key `key` as its typed value (a dict; for mixture a list of dicts), text
+    parsed with the config's YAML loader (JSON is YAML); ConfigError naming the key (and `where`)."""
+    if isinstance(value, str):
+        try:
+            value = _safe_yaml(value, where or key)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{where or key}: not {'a list' if key == 'mixture' else 'a mapping'} "
+                              f"({' '.join(str(e).split())})") from None
+    if value is None:
+        return None
+    if key == "mixture":
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"mixture: expected a list of sources such as [{{name: ..., root: ...}}], got {value!r}")
+        for i, entry in enumerate(value):
+            if not isinstance(entry, dict):
+                raise ConfigError(f"mixture entry {i}: expected a mapping such as {{name: ..., root: ...}}, got {entry!r}")
+        return [dict(entry) for entry in value]
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping such as {{key: value}}, got {value!r}")
+    return dict(value)
 
 
 def _loss_arguments() -> type:
@@ -410,25 +434,10 @@ def _check(path, overrides: dict):
     _check_keys(values, overrides, path)
     values.update(overrides)
     nested = {}
-    for key in ("reader_options", "synthesize_options", "mixture"):  # mappings (a list) travel as JSON text
-        if key in values and values[key] is not None:
-            value = values[key]
-            if isinstance(value, str):  # from the command line, or quoted in the file: the same safe loader
-                where = f"--{key}" if key in overrides else f"{path}: {key}"
-                try:
-                    value = _safe_yaml(value, where)
-                except yaml.YAMLError as e:
-                    raise ConfigError(f"{key}: not {'a list' if key == 'mixture' else 'a mapping'} ({e})") from None
-            if key == "mixture" and isinstance(value, list):
-                nested[key] = value
-                values[key] = json.dumps(value)
-                continue
-            if key == "mixture":
-                continue  # the mixture's own check names it
-            if not isinstance(value, dict):
-                raise ConfigError(f"{key}: expected a mapping such as {{key: value}}, got {values[key]!r}")
-            nested[key] = value
-            values[key] = json.dumps(value)
+    for key in MAPPING_KEYS:  # text from the command line, or quoted in the file: parsed here, once
+        if values.get(key) is not None:
+            where = f"--{key}" if key in overrides else f"{path}: {key}"
+            values[key] = nested[key] = mapping_value(key, values[key], where)
     types, none_keys = _field_types(OWN_CLASSES), _text_none_keys(OWN_CLASSES)
     own = []
     for cls in OWN_CLASSES:
@@ -441,7 +450,6 @@ def _check(path, overrides: dict):
     return tuple(own), values
 
 
-_SET_BY_RECIPE = {"out", "num", "seed", "resume", "overwrite", "layout", "split", "unseen_split"}
 _MIXTURE_KEYS = {"name", "root", "split", "weight", "limit", "label", "on_error"}  # mixture.from_spec's own
 
 
@@ -480,15 +488,13 @@ def check_nested_keys(data_args, nested: dict, path, lines: dict, overrides: dic
     options = nested.get("synthesize_options")
     if options is not None and data_args.synthesize != "none":
         kind = data_args.synthesize
-        set_here = _SET_BY_RECIPE | ({"size"} if kind == "clocks" else set())  # clocks: synthesize_size
-        allowed = _keywords(synth_writer(kind), set_here)
+        allowed = synth_options(kind)
         if allowed is not None:
-            _unknown(options, allowed, f"synthesize_options of synthesize: {kind}", locate(("synthesize_options",)))
-        if kind == "clocks" and isinstance(options.get("style"), dict):
-            from data_synth.clocks import ClockStyle
-
-            _unknown(options["style"], {f.name for f in fields(ClockStyle)}, "synthesize_options.style (clock style)",
-                     locate(("synthesize_options", "style")))
+            _unknown(options, set(allowed), f"synthesize_options of synthesize: {kind}", locate(("synthesize_options",)))
+        for option, shape in synth_nested(kind).items():  # clocks: style, the ClockStyle fields
+            if isinstance(options.get(option), dict):
+                _unknown(options[option], {f.name for f in fields(shape)}, f"synthesize_options.{option} "
+                         f"({shape.__name__})", locate(("synthesize_options", option)))
     options = nested.get("reader_options")
     if options is not None and data_args.dataset != "mixture":
         allowed = _keywords(reader(data_args.dataset), {"root", "split", "on_error"})

@@ -143,7 +143,7 @@ def eval_data(data_args) -> list[list[str]]:
     """[[source, root], ...] that evaluation reads: the dataset, or each source of a mixture once."""
     if data_args.dataset != "mixture":
         return [[data_args.dataset, str(Path(data_args.data_root).resolve())]]
-    data = [[e["name"], str(Path(e["root"]).resolve())] for e in json.loads(data_args.mixture)]
+    data = [[e["name"], str(Path(e["root"]).resolve())] for e in data_args.mixture]
     names = [d[0] for d in data]
     if len(set(names)) != len(names):
         raise ConfigError(f"mixture: compare evaluates each source once, but the mixture lists {names}")

@@ -11,7 +11,7 @@ from .tasks import TASKS
 # Sample` stays light.
 _READERS = {f"read_{name}": name for name in TASKS}
 
-__all__ = ["DataError", "MixtureDataset", "Sample", "set_max_image_pixels", *_READERS]
+__all__ = ["DataError", "MixtureDataset", "Sample", "read_split", "set_max_image_pixels", *_READERS]
 
 
 def __getattr__(name):
@@ -19,6 +19,6 @@ def __getattr__(name):
         from .tasks import reader
 
         return reader(_READERS[name])
-    if name == "MixtureDataset":
-        return import_module(".mixture", __name__).MixtureDataset
+    if name in ("MixtureDataset", "read_split"):  # torch and numpy: on first use
+        return getattr(import_module(".mixture", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,9 @@ Semantics:
 - The order is a permutation by seed: same sources, arguments and seed give the same sequence.
 Only two small integer arrays are kept ([size] each); `__getitem__` asks the source for the record, so
 images stay lazy.
+
+`read_split(data_args, split)`: the configured dataset of one split, one task or this mixture (training,
+compare and the dry run read it).
 """
 
 from __future__ import annotations
@@ -159,3 +162,15 @@ class MixtureDataset(Dataset):
         if not 0 <= i < n:
             raise IndexError(f"index {i} out of range for a mixture of {n} items")
         return self.sources[int(self._source[i])][int(self._record[i])]
+
+
+def read_split(data_args, split: str):
+    """The dataset named by `data_args` (a DataArguments) for one split: its task's reader with
+    `reader_options`, or the mixture of `mixture`'s sources (a sequence of Samples)."""
+    if data_args.dataset == "mixture":
+        # entries may name their training split; evaluation reads eval_split of every source
+        spec = [entry if "split" in entry and split != data_args.eval_split else {**entry, "split": split}
+                for entry in data_args.mixture]
+        return MixtureDataset.from_spec(spec, seed=data_args.synthesize_seed, on_error=data_args.on_error)
+    return read(data_args.dataset, data_args.data_root, split, on_error=data_args.on_error,
+                **(data_args.reader_options or {}))

@@ -2,7 +2,8 @@
 its results are broken down by, and the synthetic sets that render it.
 
 Config validation, training, evaluation, analysis and the mixture all read `TASKS`; adding a reader costs
-the reader's module plus one entry here. Light on purpose (no torch, no reader imported until `read`), so
+the reader's module plus one entry here, a synthetic kind its data_synth writer plus one `SYNTH_KINDS` row
+(training, the dry run, compare and eval read the same row). Light on purpose (no torch, no reader imported until `read`), so
 that the command line checks names before anything heavy loads.
 
 Metric kinds (`Task.metric`):
@@ -15,6 +16,8 @@ Metric kinds (`Task.metric`):
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 
@@ -53,24 +56,79 @@ TASKS = {t.name: t for t in (
          answer_tokens=128),  # RefCOCO/+/g boxes: the label is the whole expression (RefCOCOg's run long)
 )}
 
-# `synthesize:` kinds: the synthetic set rendered into data_root, and the task whose layout it is written in
-# (bars: unlabelled bars against an axis, in ChartQA's layout). "none" renders nothing.
-SYNTHESIZERS = {"clocks": "clocks", "chartqa": "chartqa", "plotqa": "plotqa", "dvqa": "dvqa", "bars": "chartqa",
-                "arithmetic": "arithmetic", "word_problems": "word_problems", "grounding": "grounding"}
-SIZED_SYNTHESIZERS = ("clocks", "bars")  # the kinds `synthesize_size` sets the image side of (others: their options)
+@dataclass(frozen=True)
+class SynthKind:
+    """One `synthesize:` kind: the data_synth writer that renders it into data_root and how it is called.
 
-# the synthetic sets' writers (data_synth)
-SYNTH_WRITERS = {"clocks": "data_synth.writer:write_clock_dataset",
-                 "grounding": "data_synth.grounding:write_grounding_dataset",
-                 "arithmetic": "data_synth.arithmetic:write_arithmetic_dataset",
-                 "word_problems": "data_synth.word_problems:write_word_problem_dataset",
-                 "charts": "data_synth.charts:write_chart_dataset"}
+    Two writer contracts: every split at once, `writer(out, num, seed, resume=..., **options)` with a
+    `splits` option, recorded in out/synthesize.json; or (`per_split`, the chart writer) one split at a time,
+    `writer(out, layout=, num=, seed=, split=, resume=, **options)`, recorded in out/charts_data/SPLIT.json.
+    The options a config may set are the writer's keywords (`synth_options`), less those the recipe sets."""
+
+    name: str
+    writer: str  # "module:function" of data_synth
+    layout: str  # the task (TASKS) whose reader reads what it writes
+    per_split: bool = False
+    size: Callable[[int], object] | None = None  # the writer's `size` from synthesize_size; None: not sized
+    fixed: tuple[tuple[str, object], ...] = ()  # options set before the user's (who may override them)
+    nested: tuple[tuple[str, str], ...] = ()  # option -> "module:Dataclass" whose fields its mapping takes
+
+
+_CHARTS = "data_synth.charts:write_chart_dataset"
+SYNTH_KINDS = {k.name: k for k in (
+    SynthKind("clocks", "data_synth.writer:write_clock_dataset", "clocks", size=int,
+              nested=(("style", "data_synth.clocks:ClockStyle"),)),
+    SynthKind("chartqa", _CHARTS, "chartqa", per_split=True),  # the default chart mix in that layout
+    SynthKind("plotqa", _CHARTS, "plotqa", per_split=True),
+    SynthKind("dvqa", _CHARTS, "dvqa", per_split=True),
+    # unlabelled bars against an axis, one question per chart (the bar's value), in ChartQA's layout
+    SynthKind("bars", _CHARTS, "chartqa", per_split=True, size=lambda side: [side, side],
+              fixed=(("kinds", ["bars_axis"]), ("questions_per_chart", 1))),
+    SynthKind("arithmetic", "data_synth.arithmetic:write_arithmetic_dataset", "arithmetic"),
+    SynthKind("word_problems", "data_synth.word_problems:write_word_problem_dataset", "word_problems"),
+    SynthKind("grounding", "data_synth.grounding:write_grounding_dataset", "grounding"),
+)}
+
+# views of SYNTH_KINDS for older callers: kind -> layout task; the kinds synthesize_size applies to
+SYNTHESIZERS = {name: k.layout for name, k in SYNTH_KINDS.items()}
+SIZED_SYNTHESIZERS = tuple(name for name, k in SYNTH_KINDS.items() if k.size is not None)
+
+
+def synth_kind(name: str) -> SynthKind:
+    """The synthetic kind called `name`; ValueError naming the known ones otherwise."""
+    try:
+        return SYNTH_KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown synthesize kind {name!r}; choose from none, {', '.join(SYNTH_KINDS)}") from None
+
+
+def _load(spec: str):
+    module, _, name = spec.partition(":")
+    return getattr(import_module(module), name)
 
 
 def synth_writer(kind: str):
-    """The data_synth function that renders `synthesize: kind` (charts and bars: the chart writer)."""
-    module, _, name = SYNTH_WRITERS.get(kind, SYNTH_WRITERS["charts"]).partition(":")
-    return getattr(import_module(module), name)
+    """The data_synth function that renders `synthesize: kind` (imports its module)."""
+    return _load(synth_kind(kind).writer)
+
+
+SET_BY_RECIPE = frozenset({"out", "num", "seed", "resume", "overwrite", "layout", "split", "unseen_split"})
+
+
+def synth_options(kind: str) -> dict[str, inspect.Parameter] | None:
+    """{option: the writer's parameter (annotation, default)} that `synthesize_options` of `kind` may set;
+    None when the writer takes any keyword (**kwargs)."""
+    row = synth_kind(kind)
+    params = inspect.signature(synth_writer(kind)).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return None
+    recipe = SET_BY_RECIPE | ({"size"} if row.size is not None and not row.per_split else set())
+    return {name: p for name, p in params.items() if p.kind is not p.VAR_POSITIONAL and name not in recipe}
+
+
+def synth_nested(kind: str) -> dict[str, type]:
+    """{option: the dataclass whose field names its mapping value takes} for `kind` (clocks: style)."""
+    return {option: _load(spec) for option, spec in synth_kind(kind).nested}
 
 
 def answer_tokens(names) -> int:

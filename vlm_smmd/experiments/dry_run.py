@@ -145,12 +145,12 @@ def stand_in_source(kind: str, root: Path, splits, *, data_args, model_args, fac
         return {"data_root": str(root), "synthesize": "none"}
     if kind in SYNTHESIZERS:
         synth = data_args.synthesize if data_args.synthesize != "none" else kind
-        options = json.loads(data_args.synthesize_options or "{}")
+        options = dict(data_args.synthesize_options or {})
         if SYNTHESIZERS[synth] in names_with("relaxed") and synth != "bars":  # chart layouts
             options.setdefault("size", list(_chart_size(model_args.max_pixels, factor or 28)))
             options.setdefault("questions_per_chart", 1)
         return {"data_root": str(root), "synthesize": synth, "synthesize_num": 8,
-                "synthesize_options": json.dumps(options) if options else None}
+                "synthesize_options": options or None}
     raise DryRunError(f"dataset {kind!r}: its data_root is not there and the dry run has no stand-in for it; "
                       "point data_root at a copy of the data")
 
@@ -161,7 +161,7 @@ def dry_run_data(data_args, model_args, folder: Path, factor) -> tuple[object, s
     limits = {"max_train_samples": STEPS, "max_eval_samples": 1, "preflight_workers": 1}
     if data_args.dataset == "mixture":
         entries, said = [], []
-        for n, entry in enumerate(json.loads(data_args.mixture)):
+        for n, entry in enumerate(data_args.mixture):
             root = Path(entry["root"])
             if not root.exists():
                 fields = stand_in_source(entry["name"], folder / f"data{n}_{entry['name']}",
@@ -178,7 +178,7 @@ def dry_run_data(data_args, model_args, folder: Path, factor) -> tuple[object, s
             else:
                 said.append(f"{entry['name']} ({root})")
             entries.append(entry)
-        return dataclasses.replace(data_args, mixture=json.dumps(entries), **limits), "mixture of " + ", ".join(said)
+        return dataclasses.replace(data_args, mixture=entries, **limits), "mixture of " + ", ".join(said)
     root = Path(data_args.data_root)
     if root.exists() and data_args.synthesize == "none":
         return dataclasses.replace(data_args, **limits), f"{data_args.dataset} records from {root}"

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from torch.utils.data import Subset
 
-from ..config import ConfigError
-from ..data.tasks import SYNTHESIZERS, names_with, synth_writer
+from ..config import ConfigError, evaluated_splits
+from ..data import read_split  # re-exported: experiments/ import it from here
+from ..data.tasks import synth_kind, synth_writer
 from .guards import waiting_lock
 
 # Bump when the renderers draw other images for the same settings: data rendered before is then refused
@@ -22,17 +23,17 @@ def synthesize_if_missing(data_args) -> None:
     """Render the synthetic set named by `data_args.synthesize` into data_root, or reuse what is there
     when it was rendered with the same settings (a mismatch is an error, never silently ignored).
 
-    Clocks, grounding, arithmetic and word problems write every split at once (their `splits` option); charts are written one
-    split at a time: the training split, the eval split and every test split (`test_splits`); with the option
-    unseen_fraction, a split whose name holds "unseen" gets only the held-out values, the others none.
+    How a kind is written is its row of `data.tasks.SYNTH_KINDS`: every split at once (its `splits` option),
+    or one split at a time (the chart writer): the training split, the eval split and every test split
+    (`test_splits`); with the option unseen_fraction, a split whose name holds "unseen" gets only the
+    held-out values, the others none.
 
     One process at a time renders a data_root: a lock on DATA_ROOT.lock beside it; a second run waits
     for the first and then reuses (or resumes) what it rendered, never touching a folder being written."""
-    kind = data_args.synthesize
-    if kind == "none" or data_args.data_root is None:
+    if data_args.synthesize == "none" or data_args.data_root is None:
         return
-    root = Path(data_args.data_root)
-    rendered = (root / "synthesize.json").exists() if SYNTHESIZERS[kind] not in names_with("relaxed") else False
+    kind, root = synth_kind(data_args.synthesize), Path(data_args.data_root)
+    rendered = not kind.per_split and (root / "synthesize.json").exists()
     if rendered or (root.is_dir() and not os.access(root.parent, os.W_OK)):
         _synthesize(data_args, kind, root)  # only checked (or refused), no lock: a read-only parent is fine
         return
@@ -40,46 +41,43 @@ def synthesize_if_missing(data_args) -> None:
         _synthesize(data_args, kind, root)
 
 
-def _synthesize(data_args, kind: str, root: Path) -> None:
-    options = json.loads(data_args.synthesize_options or "{}")
-    if SYNTHESIZERS[kind] not in names_with("relaxed"):  # not a chart layout: every split at once
-        wanted = {"kind": kind, "num": data_args.synthesize_num, "seed": data_args.synthesize_seed, "options": options,
-                  "version": RENDER_VERSION}
-        if kind == "clocks":
+def _synthesize(data_args, kind, root: Path) -> None:
+    options = dict(data_args.synthesize_options or {})
+    writer = synth_writer(kind.name)
+    if not kind.per_split:
+        wanted = {"kind": kind.name, "num": data_args.synthesize_num, "seed": data_args.synthesize_seed,
+                  "options": options, "version": RENDER_VERSION}
+        if kind.size is not None:
             wanted["size"] = data_args.synthesize_size
         record = root / "synthesize.json"
         if root.exists():
             _check_rendered(root, record, wanted)
             return
-        print(f"rendering {wanted['num']} synthetic {kind} into {root}")
+        print(f"rendering {wanted['num']} synthetic {kind.name} into {root}")
         interrupted = (root.parent / f".{root.name}.partial").exists()  # an earlier rendering was cut short
-        sized = {"size": wanted["size"]} if kind == "clocks" else {}
-        synth_writer(kind)(root, wanted["num"], wanted["seed"], resume=interrupted, **sized, **options)
+        sized = {"size": kind.size(wanted["size"])} if kind.size is not None else {}
+        writer(root, wanted["num"], wanted["seed"], resume=interrupted, **sized, **options)
         record.write_text(json.dumps(wanted))
         return
 
-    from ..config import evaluated_splits
-
-    layout = SYNTHESIZERS[kind]
-    if kind == "bars":  # one question per chart: the bar's value
-        side = data_args.synthesize_size
-        options = {"kinds": ["bars_axis"], "size": [side, side], "questions_per_chart": 1, **options}
+    sized = {"size": kind.size(data_args.synthesize_size)} if kind.size is not None else {}
+    options = {**dict(kind.fixed), **sized, **options}
     splits = [data_args.train_split, data_args.eval_split, *evaluated_splits(data_args)]
     for number, split in enumerate(dict.fromkeys(s for s in splits if s)):
         is_train = split == data_args.train_split
-        wanted = {"kind": kind, "charts": data_args.synthesize_num if is_train else max(data_args.synthesize_num // 10, 8),
+        wanted = {"kind": kind.name, "charts": data_args.synthesize_num if is_train else max(data_args.synthesize_num // 10, 8),
                   "seed": data_args.synthesize_seed + number, "options": options, "version": RENDER_VERSION}
         record = root / "charts_data" / f"{split}.json"
         if record.exists():
             _check_rendered(root, record, wanted)
             continue
-        print(f"rendering {wanted['charts']} synthetic {kind} charts ({split}) into {root}")
+        print(f"rendering {wanted['charts']} synthetic {kind.name} charts ({split}) into {root}")
         extra = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
         if extra.get("unseen_fraction"):
             extra["unseen_split"] = "unseen" in split
-        info = synth_writer(kind)(root, layout=layout, num=wanted["charts"], seed=wanted["seed"], split=split,
-                                   resume=(root / f".{split}.partial").exists(), **extra)
-        record.write_text(json.dumps({**wanted, "layout": layout, "questions": info["questions"]}))
+        info = writer(root, layout=kind.layout, num=wanted["charts"], seed=wanted["seed"], split=split,
+                      resume=(root / f".{split}.partial").exists(), **extra)
+        record.write_text(json.dumps({**wanted, "layout": kind.layout, "questions": info["questions"]}))
 
 
 def _check_rendered(root: Path, record: Path, wanted: dict) -> None:
@@ -97,21 +95,6 @@ def _check_rendered(root: Path, record: Path, wanted: dict) -> None:
         raise ConfigError(f"{root} was rendered with other settings ({detail}); to train on it as it is, set "
                           "synthesize: none; else remove it or choose another data_root")
     print(f"reusing the synthetic data in {root}")
-
-
-def read_split(data_args, split: str):
-    """The dataset named by `data_args` for one split (a sequence of Samples)."""
-    if data_args.dataset == "mixture":
-        from ..data.mixture import MixtureDataset
-
-        # entries may name their training split; evaluation reads eval_split of every source
-        spec = [entry if "split" in entry and split != data_args.eval_split else {**entry, "split": split}
-                for entry in json.loads(data_args.mixture)]
-        return MixtureDataset.from_spec(spec, seed=data_args.synthesize_seed, on_error=data_args.on_error)
-    from ..data.tasks import read
-
-    return read(data_args.dataset, data_args.data_root, split, on_error=data_args.on_error,
-                **json.loads(data_args.reader_options or "{}"))
 
 
 def _limit(dataset, limit: int | None):
