@@ -131,3 +131,17 @@ def test_every_synthetic_kind_row_names_a_writer_a_layout_and_its_options():
         assert options and not set(options) & SET_BY_RECIPE, name
         if row.size is not None:  # synthesize_size sets `size`: the writer takes it, the user only per split
             assert "size" in params and ("size" in options) == row.per_split, name
+
+
+@pytest.mark.parametrize("written", [{"coords": "norm1000"}, '{"coords": "norm1000"}'])
+def test_eval_reads_reader_options_of_run_configs_typed_or_as_old_text(tmp_path, written):
+    import json
+
+    from vlm_smmd.evaluation import training_data, training_reader_options
+
+    (tmp_path / "run_config.json").write_text(json.dumps({"dataset": "refcoco", "reader_options": written}))
+    assert training_reader_options(tmp_path) == {"refcoco": {"coords": "norm1000"}}
+    mixture = [{"name": "clocks", "root": "r", "split": "s"}]
+    for value in (mixture, json.dumps(mixture)):
+        (tmp_path / "run_config.json").write_text(json.dumps({"dataset": "mixture", "mixture": value}))
+        assert training_data(tmp_path) == [("clocks", "r", "s")]

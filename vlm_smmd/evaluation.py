@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from vlm_smmd.config import ConfigError, mapping_value
 from vlm_smmd.data.sample import DataError, SkipLog, check_on_error
 from vlm_smmd.data.tasks import TASKS, names_with
 from vlm_smmd.metrics import (
@@ -876,9 +877,9 @@ def training_prompts(model, system_prompt: str | None, instruction: str | None) 
 def training_reader_options(model) -> dict[str, dict]:
     """{dataset: reader_options} of the run behind `model`, from its run_config.json ({} when it has none)."""
     config = _read_run_config(find_run_config(model))
-    try:
-        options = json.loads(config.get("reader_options") or "{}")
-    except (TypeError, ValueError):
+    try:  # a mapping; JSON text in the run_config.json of runs before the typed settings
+        options = mapping_value("reader_options", config.get("reader_options"))
+    except ConfigError:
         return {}
     return {config["dataset"]: options} if options and isinstance(options, dict) and config.get("dataset") else {}
 
@@ -888,8 +889,8 @@ def training_data(model) -> list[tuple[str, str, str]]:
     config = _read_run_config(find_run_config(model))
     if config.get("dataset") == "mixture":
         try:
-            entries = json.loads(config.get("mixture") or "[]")
-        except ValueError:
+            entries = mapping_value("mixture", config.get("mixture")) or []
+        except ConfigError:
             return []
         return [(e["name"], str(e["root"]), e.get("split", config.get("train_split") or "train"))
                 for e in entries if isinstance(e, dict) and "name" in e and "root" in e]
