@@ -145,3 +145,12 @@ def test_eval_reads_reader_options_of_run_configs_typed_or_as_old_text(tmp_path,
     for value in (mixture, json.dumps(mixture)):
         (tmp_path / "run_config.json").write_text(json.dumps({"dataset": "mixture", "mixture": value}))
         assert training_data(tmp_path) == [("clocks", "r", "s")]
+
+
+def test_a_resume_compares_old_json_text_settings_with_the_typed_values():
+    from vlm_smmd.training.resume import changes
+
+    old = {"synthesize_options": '{"digits": 2}', "reader_options": None}
+    assert changes(old, {"synthesize_options": {"digits": 2}, "reader_options": None}) == ({}, {})
+    refused, _ = changes(old, {"synthesize_options": {"digits": 3}, "reader_options": None})
+    assert refused == {"synthesize_options": ({"digits": 2}, {"digits": 3})}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from ..config import MAPPING_KEYS, mapping_value
 from .checkpoints import CheckpointError
 
 SETTINGS_FILE = "run_settings.json"
@@ -97,6 +98,8 @@ def changes(old: dict, new: dict) -> tuple[dict, dict]:
     refused, allowed = {}, {}
     for key in sorted(set(old) | set(new)):
         before, after = old.get(key), new.get(key)
+        if key in MAPPING_KEYS and isinstance(before, str):  # checkpoints made before the typed settings: JSON text
+            before = mapping_value(key, before)
         if before == after:
             continue
         # under a step budget the epoch count is not used
