@@ -11,7 +11,10 @@ from pathlib import Path
 
 from data_synth.args import Parser
 
-from ..analysis import SWAP_TOLERANCE
+from ..analysis import SWAP_TOLERANCE, analyze_records, headline, load_run_info, write_report
+from ..analysis.formatting import fmt
+from ..data.records import duplicate_note
+from ..harness import read_any_predictions
 from . import Output, existing
 
 
@@ -60,11 +63,6 @@ def output(args) -> Output:
 
 
 def run(args) -> int:
-    from ..analysis import analyze_records, headline, load_run_info, write_report
-    from ..analysis.formatting import fmt
-    from ..data.records import duplicate_note
-    from ..harness import read_any_predictions
-
     names, paths = args.names, args.predictions
     runs = {}
     for name, path in zip(names, paths):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..experiments.orchestrate import follow_parent, variant_worker
 from . import UsageError
 
 
@@ -19,7 +20,5 @@ def output(spec: Path) -> None:
 
 
 def run(spec: Path) -> int:
-    from ..experiments.orchestrate import follow_parent, variant_worker
-
     follow_parent()  # end with the compare that started us, even where no parent-death signal is set
     return variant_worker(spec)

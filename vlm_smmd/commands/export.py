@@ -8,7 +8,10 @@ from pathlib import Path
 
 from data_synth.args import Parser
 
+from ..data.itsabouttime import coverage_line
 from ..data.tasks import TASKS
+from ..evaluation import training_prompts
+from ..harness import export_lmms_eval, export_vlmevalkit
 from . import Output, UsageError, existing
 
 HARNESSES = ("lmms-eval", "vlmevalkit")
@@ -62,10 +65,6 @@ def output(args) -> Output:
 
 
 def run(args) -> int:
-    from ..data.itsabouttime import coverage_line
-    from ..evaluation import training_prompts
-    from ..harness import export_lmms_eval, export_vlmevalkit
-
     kind, root = args.data
     instruction = args.instruction
     if args.model is not None:

@@ -18,10 +18,14 @@ from ..config import (
     DEFAULT_OUTPUT_DIR,
     ConfigError,
     check_config,
+    load_config,
     train_command_line,
     train_help,
     uses_deepspeed,
 )
+from ..experiments.dry_run import dry_run
+from ..experiments.threads import LoadWatch, use_thread_plan
+from ..families import looks_like_path
 from . import TRAINED_MODEL, Output, UsageError, existing
 
 
@@ -86,22 +90,17 @@ def remove_earlier(args: Args) -> None:
 
 
 def run(args: Args) -> int:
-    from ..families import looks_like_path
-
     if args.dry_run:
-        from ..experiments.dry_run import dry_run
-
         dry_run(args.config, args.overrides)  # prints its summary; DryRunError is one line
         return 0
 
     if looks_like_path(args.model) and not Path(args.model).exists():  # before seconds of imports
         raise FileNotFoundError(f"{args.model}: no such model directory")
     if uses_deepspeed(args.config, args.overrides):
-        from ..training import ensure_single_process_env
+        from ..training import ensure_single_process_env  # imports torch: train --help starts fast
 
         ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
-    from ..config import load_config
-    from ..experiments.threads import LoadWatch, use_thread_plan
+    # torch and transformers: train --help and a misspelt key answer without them
     from ..modeling import SCRATCH, resolve_family
     from ..training import run as train
 
