@@ -419,9 +419,9 @@ def unseen_key(data_args) -> str | None:
 def held_out_check(data_args, splits: Sequence[str], *, limit: int | None = None) -> dict[str, dict]:
     """What each evaluated split (its first `limit` records, as evaluation reads them) shares with the
     training split: {split: {"lines", "held_out", "leaks", **LeakageReport.to_dict()}} (`data.leakage`)."""
+    from ..data import read_split  # imports torch: the worker and compare --help start without it
     from ..data.leakage import check_leakage
     from ..data.sample import set_max_image_pixels
-    from ..training.datasets import read_split
 
     set_max_image_pixels(data_args.max_image_pixels)
     training = read_split(data_args, data_args.train_split)
@@ -443,8 +443,8 @@ def split_figures(data_args, split: str, *, limit: int | None = None) -> list[st
     check a declared endpoint before any run."""
     from ..analysis import analyze_records
     from ..analysis.headline_figures import headline
+    from ..data import read_split  # imports torch: the worker and compare --help start without it
     from ..data.sample import set_max_image_pixels
-    from ..training.datasets import read_split
 
     set_max_image_pixels(data_args.max_image_pixels)
     evaluated = read_split(data_args, split)
@@ -462,8 +462,8 @@ def data_fingerprints(data_args, splits: Sequence[str], *, limit: int | None = N
     split edited on disk is refused rather than pooled with the earlier seeds."""
     from torch.utils.data import Subset
 
+    from ..data import read_split  # imports torch: the worker and compare --help start without it
     from ..data.sample import set_max_image_pixels
-    from ..training.datasets import read_split
     from ..training.resume import data_fingerprint
 
     set_max_image_pixels(data_args.max_image_pixels)
