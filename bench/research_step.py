@@ -24,13 +24,12 @@ runs a few steps (the test suite runs it). Further `--key value` pairs override 
 `vlm-smmd train` (e.g. `--dataloader_num_workers 1`).
 
     python bench/research_step.py [CONFIG] [--steps 100] [--warmup 5] [--data_root DIR] [--threads N]
-                                  [--smoke] [--profile] [--linear_patch_embed] [--json] [--key value ...]
+                                  [--smoke] [--profile] [--json] [--key value ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -135,8 +134,7 @@ def timed_trainer(base, clock: dict):
     return Timed
 
 
-def measure(config: str, overrides: dict, steps: int, warmup: int, profile: bool,
-            linear_patch_embed: bool = False) -> dict:
+def measure(config: str, overrides: dict, steps: int, warmup: int, profile: bool) -> dict:
     """Train `steps + warmup` steps of `config` with the timed Trainer; figures of the last `steps`."""
     import cProfile
 
@@ -148,17 +146,13 @@ def measure(config: str, overrides: dict, steps: int, warmup: int, profile: bool
     model_args, data_args, loss_args, train_args = load_config(config, overrides)
     clock = {part: [] for part in (*PARTS, "step", "step_start", "cpu", "cpu_start")}
     clock.update(end=None, warmup=warmup, profile=cProfile.Profile() if profile else None)
-    from vlm_smmd import modeling
-
-    base, load = recipe.NumericTrainer, modeling.load_model_and_processor
+    base = recipe.NumericTrainer
     recipe.NumericTrainer = timed_trainer(base, clock)
-    if linear_patch_embed:  # the recipe imports the loader at call time, so this reaches it
-        modeling.load_model_and_processor = functools.partial(load, linear_patch_embed=True)
     start = time.perf_counter()
     try:
         recipe.run(model_args, data_args, loss_args, train_args)
     finally:
-        recipe.NumericTrainer, modeling.load_model_and_processor = base, load
+        recipe.NumericTrainer = base
         if clock["profile"] is not None:
             clock["profile"].disable()
     total_s = time.perf_counter() - start
@@ -175,7 +169,6 @@ def measure(config: str, overrides: dict, steps: int, warmup: int, profile: bool
         "batch_size": train_args.per_device_train_batch_size, "torch_threads": torch.get_num_threads(),
         "dataloader_workers": train_args.dataloader_num_workers,
         "attn_implementation": model_args.attn_implementation or "default",
-        "linear_patch_embed": linear_patch_embed,
         "step_ms": 1000 * statistics.median(steps_s), "step_mean_ms": 1000 * statistics.fmean(steps_s),
         "step_cpu_ms": 1000 * statistics.median(clock["cpu"][kept]),
         "steps_total_s": sum(steps_s), "run_total_s": total_s,
@@ -220,8 +213,6 @@ def main(argv=None) -> dict:
     parser.add_argument("--smoke", action="store_true", help="a small rendered set and 3 steps (for tests)")
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of the timed steps")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--linear_patch_embed", action="store_true",
-                        help="the patch embedding as a matmul (modeling.use_linear_patch_embed)")
     args, rest = parser.parse_known_args(argv)
     from vlm_smmd.config import parse_overrides
 
@@ -239,7 +230,7 @@ def main(argv=None) -> dict:
             overrides.update(data_root=str(Path(tmp) / "data"), synthesize_num=64, logging_steps=1)
         elif args.data_root:
             overrides["data_root"] = args.data_root
-        result = measure(config, overrides, steps, warmup, args.profile, args.linear_patch_embed)
+        result = measure(config, overrides, steps, warmup, args.profile)
     profile = result.pop("profile", None)
     if args.json:
         print(json.dumps(result))

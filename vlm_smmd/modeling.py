@@ -274,7 +274,6 @@ def load_model_and_processor(
     lora_dropout: float = 0.05,
     lora_vision: bool = False,
     random_init: bool = False,
-    linear_patch_embed: bool = False,
     verbose: bool = True,
 ):
     """Return `(model, processor)` of the checkpoint's family (a tokenizer is the processor of text LLMs).
@@ -288,8 +287,6 @@ def load_model_and_processor(
     random weights (seeded by `seed`): nothing is downloaded.
     `freeze_merger` freezes the projector between vision and language (Qwen's merger, Mllama's
     multi_modal_projector).
-    `linear_patch_embed` computes Qwen's Conv3d patch embedding as the equivalent matmul
-    (`linear_patch_embed`): same weights and state dict, equal up to float rounding, much faster on CPU.
     """
     torch_dtype = _resolve_dtype(dtype)
     if config is not None:
@@ -330,8 +327,6 @@ def load_model_and_processor(
         print(f"note: min_pixels / max_pixels do not apply to {family.title} "
               + ("(its processor tiles images itself)" if family.vision else "(a text-only model)"))
 
-    if linear_patch_embed:
-        use_linear_patch_embed(model)
     set_trainable(model, freeze_vision=freeze_vision, freeze_merger=freeze_merger,
                   freeze_language=freeze_language)
     if gradient_checkpointing:
@@ -344,30 +339,6 @@ def load_model_and_processor(
     if verbose:
         print(f"{family.title}: {trainable_summary(model)}")
     return model, processor
-
-
-def _linear_patch_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-    """Qwen's patch embedding `[P, C*T*p*p] -> [P, embed_dim]` as one matmul: its Conv3d's kernel equals its
-    stride, so each output is the dot product of a flattened patch with a flattened filter."""
-    weight = self.proj.weight
-    return torch.nn.functional.linear(hidden_states.to(weight.dtype), weight.reshape(weight.shape[0], -1))
-
-
-def use_linear_patch_embed(model) -> int:
-    """Swap the forward of every Qwen-style patch embedding (a bias-free Conv3d `proj` with kernel = stride)
-    in `model` for the matmul above; CPU conv3d and its backward cost about 6x the matmul at the scratch
-    preset's size. Weights and state dict are unchanged; results equal up to float rounding (not bit for
-    bit). Returns how many modules were swapped."""
-    import types
-
-    swapped = 0
-    for module in model.modules():
-        proj = getattr(module, "proj", None)
-        if (type(module).__name__.endswith("PatchEmbed") and isinstance(proj, torch.nn.Conv3d) and proj.bias is None
-                and tuple(proj.kernel_size) == tuple(proj.stride) and proj.padding == (0, 0, 0) and proj.groups == 1):
-            module.forward = types.MethodType(_linear_patch_forward, module)
-            swapped += 1
-    return swapped
 
 
 def set_trainable(model, *, freeze_vision=False, freeze_merger=False, freeze_language=False) -> None:
