@@ -9,6 +9,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ..run_record import FILE_NAME as RUN_RECORD
+from ..run_record import RunRecord
 from .guards import DivergedError, check_finite_weights
 
 TRAINER_STATE = "trainer_state.json"
@@ -222,7 +224,7 @@ def _move_up(staging: Path, out: Path) -> None:
     _fsync(out)
 
 
-def save_final(trainer, processor, *, merge_lora: bool, run_config: dict | None = None) -> None:
+def save_final(trainer, processor, *, merge_lora: bool, run_config: RunRecord | dict | None = None) -> None:
     """Save model + processor to output_dir so that it loads with `from_pretrained`, with the trainer's
     state (trainer_state.json: the log history) and `run_config` (run_config.json) beside them.
 
@@ -252,7 +254,7 @@ def save_final(trainer, processor, *, merge_lora: bool, run_config: dict | None 
         raise
 
 
-def _write_final(trainer, processor, folder: Path, *, merge_lora: bool, run_config: dict | None) -> None:
+def _write_final(trainer, processor, folder: Path, *, merge_lora: bool, run_config: RunRecord | dict | None) -> None:
     out = str(folder)
     if not merge_lora:
         trainer.save_model(out)  # gathers ZeRO-3 shards; a peft model saves its adapter
@@ -272,5 +274,6 @@ def _write_final(trainer, processor, folder: Path, *, merge_lora: bool, run_conf
     if trainer.args.should_save:
         processor.save_pretrained(out)
         trainer.state.save_to_json(str(folder / "trainer_state.json"))
-        if run_config is not None:
-            (folder / "run_config.json").write_text(json.dumps(run_config, indent=1) + "\n")
+        if run_config is not None:  # a flat dict too (callers before the record type), checked on the way
+            record = run_config if isinstance(run_config, RunRecord) else RunRecord.from_dict(run_config)
+            record.write(folder / RUN_RECORD)

@@ -7,13 +7,13 @@ Launch: `vlm-smmd train CONFIG.yaml [--key value ...]`; the same command under `
 from __future__ import annotations
 
 import contextlib
-import json
 
 import torch
 from transformers import set_seed
 
 from ..config import aux_options
 from ..losses.objective import NumericObjective
+from ..run_record import RunRecord
 from . import resume
 from .checkpoints import resume_checkpoint, save_final, stopped_run_error
 from .datasets import build_datasets, checked_datasets
@@ -191,8 +191,8 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
 
 
 def run_config(model_args, data_args, loss_args, train_args, collator, threads: dict | None = None, *,
-               data_fingerprint: str | None = None, resumed: list[dict] | None = None) -> dict:
-    """The run's identity for reports: every model / data / loss key as used, the trainer keys that shape
+               data_fingerprint: str | None = None, resumed: list[dict] | None = None) -> RunRecord:
+    """The run's identity for reports (its RunRecord, run_config.json): every model / data / loss key as used, the trainer keys that shape
     the run, the family and V_num size, the torch thread plan it ran with, the training records'
     fingerprint and, for a resumed run, each resume (checkpoint, step, the keys that changed)."""
     from dataclasses import asdict
@@ -200,12 +200,10 @@ def run_config(model_args, data_args, loss_args, train_args, collator, threads: 
     keys = ("seed", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
             "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "bf16", "fp16", "deepspeed",
             "world_size")
-    info = {**asdict(model_args), **asdict(data_args), **asdict(loss_args),
-            **{k: getattr(train_args, k, None) for k in keys}}
-    info.update(family=collator.family.model_type, numeric_vocab_size=len(collator.numeric_vocab),
-                threads=threads if threads is not None else {"threads": torch.get_num_threads()})
-    if data_fingerprint is not None:
-        info["data_fingerprint"] = data_fingerprint
-    if resumed:
-        info["resumed"] = resumed
-    return json.loads(json.dumps(info, default=str))
+    settings = {**asdict(model_args), **asdict(data_args), **asdict(loss_args),
+                **{k: getattr(train_args, k, None) for k in keys}}
+    record = RunRecord(settings=settings, family=collator.family.model_type,
+                       numeric_vocab_size=len(collator.numeric_vocab),
+                       threads=threads if threads is not None else {"threads": torch.get_num_threads()},
+                       data_fingerprint=data_fingerprint, resumed=list(resumed or []))
+    return RunRecord.from_dict(record.to_dict())  # settings as JSON values (paths as text), as written

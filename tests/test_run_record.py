@@ -1,0 +1,56 @@
+"""RunRecord: the one type that writes and reads run_config.json."""
+import json
+
+import pytest
+
+from vlm_smmd.run_record import RunRecord, RunRecordError
+
+
+def _record() -> RunRecord:
+    return RunRecord(settings={"model_name_or_path": "scratch", "dataset": "clocks", "data_root": "/d/clocks",
+                               "instruction": "Answer in H:MM format.", "system_prompt": "", "aux": "smmd",
+                               "mixture": None, "reader_options": {"layout": "x"}, "max_steps": 3},
+                     family="qwen2_vl", numeric_vocab_size=10, threads={"threads": 2}, data_fingerprint="ab12",
+                     resumed=[{"checkpoint": "out/checkpoint-2", "step": 2, "changed": {}}])
+
+
+def test_round_trip_equals_and_writes_the_flat_layout(tmp_path):
+    record = _record()
+    record.write(tmp_path / "run_config.json")
+    assert RunRecord.read(tmp_path / "run_config.json") == record
+    on_disk = json.loads((tmp_path / "run_config.json").read_text())
+    # flat, as every earlier release wrote it: settings and the record's keys side by side
+    assert on_disk["instruction"] == "Answer in H:MM format." and on_disk["family"] == "qwen2_vl"
+    assert on_disk["resumed"][0]["step"] == 2 and "settings" not in on_disk
+
+
+def test_an_older_file_reads_and_keeps_unknown_keys(tmp_path):
+    # written before the typed settings (mixture as JSON text), with no thread plan, fingerprint or resumes,
+    # and a key this release does not know
+    old = {"model_name_or_path": "Qwen/Qwen2-VL-2B-Instruct", "dataset": "mixture",
+           "mixture": '[{"name": "clocks", "root": "/d"}]', "family": "qwen2_vl", "numeric_vocab_size": 10,
+           "some_future_key": {"x": 1}}
+    (tmp_path / "run_config.json").write_text(json.dumps(old, indent=1))
+    record = RunRecord.read(tmp_path / "run_config.json")
+    assert record.get("mixture") == old["mixture"] and record.threads is None and record.resumed == []
+    assert record.to_dict() == old  # nothing dropped, nothing added
+    record.write(tmp_path / "again.json")
+    assert json.loads((tmp_path / "again.json").read_text()) == old
+
+
+@pytest.mark.parametrize("text, said", [("{not json", "not valid JSON"), ("[1, 2]", "a JSON object expected"),
+                                        ('{"resumed": {"step": 2}}', "resumed must be a list"),
+                                        ('{"numeric_vocab_size": "ten"}', "numeric_vocab_size must be an integer"),
+                                        ('{"resumed": [3]}', "resumed must be a list of objects")])
+def test_a_malformed_file_is_one_line_naming_it(tmp_path, text, said):
+    path = tmp_path / "run_config.json"
+    path.write_text(text)
+    with pytest.raises(RunRecordError) as e:
+        RunRecord.read(path)
+    assert str(path) in str(e.value) and said in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_missing_file_is_no_record_only_where_optional(tmp_path):
+    assert RunRecord.read(tmp_path / "run_config.json", missing_ok=True) is None
+    with pytest.raises(RunRecordError, match="no such run record"):
+        RunRecord.read(tmp_path / "run_config.json")
