@@ -37,7 +37,7 @@ def test_unknown_nested_key_is_one_line_before_rendering(tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     ("synthesize: clocks\nsynthesize_options:\n  style:\n    hand_colr: red\n",
-     r"run.yaml: line 9: unknown key 'hand_colr' in synthesize_options.style \(clock style\) \(did you mean"),
+     r"run.yaml: line 9: unknown key 'hand_colr' in synthesize_options.style \(ClockStyle\) \(did you mean"),
     ("synthesize: clocks\nsynthesize_options: {size: 64}\n",  # clocks: synthesize_size sets it
      r"line 7: unknown key 'size' in synthesize_options of synthesize: clocks"),
     ("synthesize: bars\nsynthesize_options:\n  bar_place: 1\n",
@@ -67,9 +67,9 @@ def test_nested_options_from_the_command_line_go_through_the_safe_loader(tmp_pat
         f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]" for p, n in zip("abcd", "bcde")) + "}"
     with pytest.raises(ConfigError, match="aliases expand past"):
         check_config(config, {"reader_options": bomb})
-    # known keys pass and travel as JSON text
+    # known keys pass, parsed once into a mapping
     _, data_args, _, _ = check_config(config, {"synthesize_options": "{plain: true, style: {hour_hand_color: red}}"})
-    assert data_args.synthesize_options == '{"plain": true, "style": {"hour_hand_color": "red"}}'
+    assert data_args.synthesize_options == {"plain": True, "style": {"hour_hand_color": "red"}}
 
 
 # ---------------------------------------------------------------- model folders
