@@ -54,3 +54,18 @@ def test_a_missing_file_is_no_record_only_where_optional(tmp_path):
     assert RunRecord.read(tmp_path / "run_config.json", missing_ok=True) is None
     with pytest.raises(RunRecordError, match="no such run record"):
         RunRecord.read(tmp_path / "run_config.json")
+
+
+def test_eval_reads_the_record_and_refuses_a_malformed_one(tmp_path):
+    from vlm_smmd.evaluation import training_data, training_prompts, training_reader_options
+
+    model = tmp_path / "model"
+    (model / "checkpoint-4").mkdir(parents=True)
+    _record().write(model / "run_config.json")
+    assert training_prompts(model / "checkpoint-4", None, None)[:2] == ("", "Answer in H:MM format.")
+    assert training_data(model) == [("clocks", "/d/clocks", "train")]
+    assert training_reader_options(model) == {"clocks": {"layout": "x"}}
+    (model / "run_config.json").write_text('{"instruction": "Answer.",')  # cut short: once read as no record
+    for read in (lambda m: training_prompts(m, None, None), training_data, training_reader_options):
+        with pytest.raises(RunRecordError, match=f"^{model / 'run_config.json'}: not valid JSON"):
+            read(model / "checkpoint-4")

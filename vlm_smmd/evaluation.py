@@ -61,6 +61,8 @@ from vlm_smmd.metrics import (
     relaxed_accuracy,
     score_against_targets,
 )
+from vlm_smmd.run_record import FILE_NAME as RUN_RECORD
+from vlm_smmd.run_record import RunRecord
 
 SOURCES = tuple(TASKS)
 CHART_SOURCES = names_with("relaxed")
@@ -838,15 +840,13 @@ def find_run_config(model) -> Path | None:
     in the run's output_dir above it; None for a hub id, a preset or a folder without one."""
     folder = Path(model)
     candidates = [folder] + ([folder.parent] if folder.name.startswith("checkpoint-") else [])
-    return next((c / "run_config.json" for c in candidates if (c / "run_config.json").is_file()), None)
+    return next((c / RUN_RECORD for c in candidates if (c / RUN_RECORD).is_file()), None)
 
 
-def _read_run_config(path: Path | None) -> dict:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
-    except (OSError, ValueError):
-        config = {}
-    return config if isinstance(config, dict) else {}
+def _read_run_config(path: Path | None) -> RunRecord:
+    """The run's record; an empty one when there is none (a hub id, a preset, a folder without one). A
+    malformed run_config.json is a RunRecordError in one line naming it, never taken as no record."""
+    return (RunRecord.read(path, missing_ok=True) if path is not None else None) or RunRecord()
 
 
 def training_prompts(model, system_prompt: str | None, instruction: str | None) -> tuple[str | None, str | None, str]:
@@ -860,10 +860,10 @@ def training_prompts(model, system_prompt: str | None, instruction: str | None) 
     if system_prompt is None or instruction is None:
         config = _read_run_config(path)
         if system_prompt is None and config.get("system_prompt") is not None:
-            system_prompt = config["system_prompt"]
+            system_prompt = config.get("system_prompt")
             taken.append(f"system prompt {system_prompt!r}")
         if instruction is None and config.get("instruction"):
-            instruction = config["instruction"]
+            instruction = config.get("instruction")
             taken.append(f"instruction {instruction!r}")
         if path is None and Path(model).is_dir():
             return system_prompt, instruction or None, (
@@ -881,7 +881,7 @@ def training_reader_options(model) -> dict[str, dict]:
         options = mapping_value("reader_options", config.get("reader_options"))
     except ConfigError:
         return {}
-    return {config["dataset"]: options} if options and isinstance(options, dict) and config.get("dataset") else {}
+    return {config.get("dataset"): options} if options and isinstance(options, dict) and config.get("dataset") else {}
 
 
 def training_data(model) -> list[tuple[str, str, str]]:
@@ -895,5 +895,5 @@ def training_data(model) -> list[tuple[str, str, str]]:
         return [(e["name"], str(e["root"]), e.get("split", config.get("train_split") or "train"))
                 for e in entries if isinstance(e, dict) and "name" in e and "root" in e]
     if config.get("dataset") and config.get("data_root"):
-        return [(config["dataset"], str(config["data_root"]), config.get("train_split") or "train")]
+        return [(config.get("dataset"), str(config.get("data_root")), config.get("train_split") or "train")]
     return []
