@@ -69,3 +69,14 @@ def test_eval_reads_the_record_and_refuses_a_malformed_one(tmp_path):
     for read in (lambda m: training_prompts(m, None, None), training_data, training_reader_options):
         with pytest.raises(RunRecordError, match=f"^{model / 'run_config.json'}: not valid JSON"):
             read(model / "checkpoint-4")
+
+
+def test_a_report_notes_a_malformed_record_and_shows_a_good_one_flat(tmp_path):
+    from vlm_smmd.analysis.runinfo import load_run_info
+
+    _record().write(tmp_path / "run_config.json")
+    info = load_run_info(tmp_path)
+    assert info["config"] == _record().to_dict() and "no run_config.json" not in " ".join(info["notes"])
+    (tmp_path / "run_config.json").write_text('{"threads": 4}')  # a report never raises: it says why
+    info = load_run_info(tmp_path)
+    assert info["config"] is None and f"{tmp_path / 'run_config.json'}: threads must be an object, found 4" in info["notes"]

@@ -8,6 +8,9 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from vlm_smmd.run_record import FILE_NAME as RUN_RECORD
+from vlm_smmd.run_record import RunRecord, RunRecordError
+
 
 def find_run_dir(predictions) -> Path | None:
     """The training output folder of the model that wrote `predictions`: the folder's metrics.json names it
@@ -36,6 +39,18 @@ def _read_json_file(path: Path, notes: list[str]):
         return None
 
 
+def _read_record(run_dir: Path, notes: list[str]) -> dict | None:
+    """run_config.json as the flat dict a report shows; a missing or malformed one is a note, not an error."""
+    try:
+        record = RunRecord.read(run_dir / RUN_RECORD, missing_ok=True)
+    except RunRecordError as e:
+        notes.append(str(e))
+        return None
+    if record is None:
+        notes.append(f"no {RUN_RECORD} in {run_dir}")
+    return None if record is None else record.to_dict()
+
+
 def load_run_info(run_dir=None, *, predictions=None) -> dict:
     """What a report says about the run: {"run_dir", "config" (run_config.json, a flat dict), "log_history"
     (trainer_state.json's list), "evaluation" (metrics.json's "run" beside `predictions`), "notes" (what
@@ -52,9 +67,8 @@ def load_run_info(run_dir=None, *, predictions=None) -> dict:
         notes.append("no training folder found (pass --run-dir)")
     else:
         run_dir = Path(run_dir)
-        config = _read_json_file(run_dir / "run_config.json", notes)
+        config = _read_record(run_dir, notes)
         state = _read_json_file(run_dir / "trainer_state.json", notes)
-        config = config if isinstance(config, dict) else None
         history = state.get("log_history") if isinstance(state, dict) else None
         if state is not None and not isinstance(history, list):
             notes.append(f"{run_dir / 'trainer_state.json'} has no log_history list")
