@@ -80,3 +80,15 @@ def test_a_report_notes_a_malformed_record_and_shows_a_good_one_flat(tmp_path):
     (tmp_path / "run_config.json").write_text('{"threads": 4}')  # a report never raises: it says why
     info = load_run_info(tmp_path)
     assert info["config"] is None and f"{tmp_path / 'run_config.json'}: threads must be an object, found 4" in info["notes"]
+
+
+@pytest.mark.parametrize("record", [{"dataset": "mixture", "mixture": '{"name": "clocks"}'},
+                                    {"dataset": "refcoco", "reader_options": "[1, 2]"}])
+def test_eval_refuses_a_record_whose_data_settings_do_not_parse(tmp_path, record):
+    from vlm_smmd.evaluation import training_data, training_reader_options
+
+    (tmp_path / "run_config.json").write_text(json.dumps(record))
+    read = training_data if "mixture" in record else training_reader_options
+    with pytest.raises(RunRecordError, match=f"^{tmp_path / 'run_config.json'}: ") as e:
+        read(tmp_path)
+    assert "\n" not in str(e.value)

@@ -62,7 +62,7 @@ from vlm_smmd.metrics import (
     score_against_targets,
 )
 from vlm_smmd.run_record import FILE_NAME as RUN_RECORD
-from vlm_smmd.run_record import RunRecord
+from vlm_smmd.run_record import RunRecord, RunRecordError
 
 SOURCES = tuple(TASKS)
 CHART_SOURCES = names_with("relaxed")
@@ -876,22 +876,24 @@ def training_prompts(model, system_prompt: str | None, instruction: str | None) 
 
 def training_reader_options(model) -> dict[str, dict]:
     """{dataset: reader_options} of the run behind `model`, from its run_config.json ({} when it has none)."""
-    config = _read_run_config(find_run_config(model))
+    path = find_run_config(model)
+    config = _read_run_config(path)
     try:  # a mapping; JSON text in the run_config.json of runs before the typed settings
         options = mapping_value("reader_options", config.get("reader_options"))
-    except ConfigError:
-        return {}
+    except ConfigError as e:  # a record that cannot say how its run read the data: never taken as none
+        raise RunRecordError(f"{path}: {e}") from None
     return {config.get("dataset"): options} if options and isinstance(options, dict) and config.get("dataset") else {}
 
 
 def training_data(model) -> list[tuple[str, str, str]]:
     """[(task, root, split)] the run behind `model` trained on, from its run_config.json ([] when unknown)."""
-    config = _read_run_config(find_run_config(model))
+    path = find_run_config(model)
+    config = _read_run_config(path)
     if config.get("dataset") == "mixture":
         try:
             entries = mapping_value("mixture", config.get("mixture")) or []
-        except ConfigError:
-            return []
+        except ConfigError as e:  # the leakage check would silently check nothing
+            raise RunRecordError(f"{path}: {e}") from None
         return [(e["name"], str(e["root"]), e.get("split", config.get("train_split") or "train"))
                 for e in entries if isinstance(e, dict) and "name" in e and "root" in e]
     if config.get("dataset") and config.get("data_root"):
