@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..run_record import FILE_NAME as RUN_RECORD
+
 # name -> (module under vlm_smmd.commands, one-line help); HIDDEN ones are started by other commands
 COMMANDS = {
     "train": ("train", "fine-tune on a YAML config (CE + lambda * aux at numeric answer tokens)"),
@@ -47,7 +49,7 @@ class Output:
 # what a training run leaves in its output_dir: train refuses to write over any of it without --overwrite,
 # which removes all of it (so no file of the earlier run, such as its run_config.json, stays beside the new one)
 TRAINED_MODEL = ("config.json", "adapter_config.json", "trainer_state.json", "*.safetensors", "*.bin", "*.pt",
-                 "*.pth", "*.index.json", "checkpoint-*", "run_config.json", "*_results.json",
+                 "*.pth", "*.index.json", "checkpoint-*", RUN_RECORD, "*_results.json",
                  "generation_config.json", "tokenizer*", "special_tokens_map.json", "vocab.json", "merges.txt",
                  "*.jinja", "chat_template*", "preprocessor_config.json", "processor_config.json",
                  "video_preprocessor_config.json")

@@ -26,6 +26,7 @@ from ..config import (
 from ..experiments.dry_run import dry_run
 from ..experiments.threads import LoadWatch, use_thread_plan
 from ..families import looks_like_path
+from ..run_record import FILE_NAME as RUN_RECORD
 from . import TRAINED_MODEL, Output, UsageError, existing
 
 
@@ -66,7 +67,7 @@ def output(args: Args) -> Output | None:
     if args.output_dir.exists() and not args.output_dir.is_dir():
         raise UsageError(f"output_dir {args.output_dir} exists and is not a folder; choose a new output_dir")
     earlier = [] if args.resume else existing(args.output_dir, TRAINED_MODEL)
-    if earlier and "run_config.json" not in earlier:
+    if earlier and RUN_RECORD not in earlier:
         # --overwrite replaces only a run this tool wrote (its run_config.json says so), never, say, a
         # downloaded model's folder
         raise UsageError(f"output_dir {args.output_dir} holds a model that vlm-smmd train did not write (no "

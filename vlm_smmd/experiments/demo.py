@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ..run_record import FILE_NAME as RUN_RECORD
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SETTINGS = {  # name -> (config, eval source, what one sample is)
     "bar": ("scratch_cpu_bar.yaml", "chartqa", "bar charts"),
@@ -35,7 +37,7 @@ def _own_folders(model_dir: Path, eval_dir: Path, report_dir: Path):
         return real(folder) and all(real(p) and ((p / "metrics.json").is_file()
                                                  or (p / "predictions.partial.jsonl").is_file())
                                     for p in folder.iterdir())
-    return [(model_dir, lambda f: real(f) and (f / "run_config.json").is_file()), (eval_dir, evals),
+    return [(model_dir, lambda f: real(f) and (f / RUN_RECORD).is_file()), (eval_dir, evals),
             (report_dir, lambda f: real(f) and (f / "report.md").is_file())]
 
 
