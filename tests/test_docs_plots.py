@@ -54,3 +54,21 @@ def test_clock_gap_histogram_separates_near_misses(tmp_path, monkeypatch):
     assert edges[:12] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20] and edges[-1] == 360
     assert values[:10] == [0.6, 0.1, 0, 0.1, 0, 0, 0, 0.1, 0, 0]  # per minute: the near misses each in their own bin
     assert values[23] * 10 == 0.1  # the 140-minute answer, in the 10-minute bin 140-150
+
+
+def test_a_long_logged_once_caption_stays_inside_the_figure_and_clear_of_the_axis_label(tmp_path, monkeypatch):
+    """The demo's four evaluation figures wrap to two lines; drawn with fig.text they overlapped "step"."""
+    history = [{"step": s, "loss": 2.0 / s} for s in (1, 2, 3)] + [
+        {"step": 1000, f"eval_{k}": 0.4812} for k in ("aux", "ce", "loss", "total", "runtime")]
+    figures = []
+    real_plot = plots.new_figure
+    monkeypatch.setattr(plots, "new_figure", lambda *a, **k: figures.append(real_plot(*a, **k)) or figures[-1])
+    assert plots.training_curve(history, {}, "run", tmp_path / "curve.png")
+    fig, axes = figures[0]
+    renderer = fig.canvas.get_renderer()
+    caption = fig._supxlabel.get_window_extent(renderer)
+    frame = fig.bbox
+    assert "\n" in fig._supxlabel.get_text()
+    assert frame.x0 <= caption.x0 and caption.x1 <= frame.x1 and frame.y0 <= caption.y0
+    for ax in axes if isinstance(axes, list) else [axes]:
+        assert caption.y1 <= ax.xaxis.label.get_window_extent(renderer).y0

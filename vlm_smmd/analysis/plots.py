@@ -5,6 +5,7 @@ overlaid."""
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -350,7 +351,9 @@ def training_curve(history: Sequence[Mapping], chance: Mapping[str, float | None
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     if once:
-        fig.text(0.5, 0.01, "logged once: " + ", ".join(once), ha="center", fontsize=8, wrap=True)
+        # supxlabel, unlike fig.text, gets room from the tight layout, so the caption clears the axis labels
+        caption = textwrap.fill("logged once: " + ", ".join(once), width=int(14 * 5.0 * len(panels)))
+        fig.supxlabel(caption, fontsize=8)
     fig.suptitle(title)
     save_figure(fig, path)
     return True
