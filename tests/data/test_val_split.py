@@ -4,9 +4,9 @@ the leakage check, and holding none of the values an unseen-values split keeps o
 import pytest
 
 from vlm_smmd.config import check_config
+from vlm_smmd.data import read_split
 from vlm_smmd.data.leakage import check_leakage
 from vlm_smmd.training import synthesize_if_missing
-from vlm_smmd.training.datasets import read_split
 
 CLOCKS = """dataset: clocks
 data_root: {root}

@@ -386,9 +386,9 @@ def _reload_and_answer(out: Path, model_args, data_args) -> dict:
     the eval split (the training split without one): its prompt, answer, target and score."""
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
+    from ..data import read_split
     from ..evaluation import generate_predictions
     from ..modeling import load_model_and_processor
-    from ..training.datasets import read_split
 
     # as `vlm-smmd eval` would, in a process of its own: the training's ZeRO-3 setting, global in
     # transformers while this process lives, would partition the reloaded model to nothing (no engine)

@@ -9,12 +9,12 @@ from .checkpoints import (
     resume_checkpoint,
     save_final,
 )
-from .datasets import build_datasets, checked_datasets, read_split, synthesize_if_missing
+from .datasets import build_datasets, checked_datasets, synthesize_if_missing
 from .recipe import build_objective, connect_deepspeed_comm, ensure_single_process_env, run, run_config
 from .trainer import NumericTrainer
 
 __all__ = [
     "CheckpointError", "NumericTrainer", "build_datasets", "build_objective", "checked_datasets",
     "checkpoint_problem", "connect_deepspeed_comm", "ensure_single_process_env", "load_checkpoint_weights",
-    "read_split", "resume_checkpoint", "run", "run_config", "save_final", "synthesize_if_missing",
+    "resume_checkpoint", "run", "run_config", "save_final", "synthesize_if_missing",
 ]

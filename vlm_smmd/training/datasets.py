@@ -10,7 +10,7 @@ from pathlib import Path
 from torch.utils.data import Subset
 
 from ..config import ConfigError, evaluated_splits
-from ..data import read_split  # re-exported: experiments/ import it from here
+from ..data import read_split
 from ..data.tasks import synth_kind, synth_writer
 from .guards import waiting_lock
 
