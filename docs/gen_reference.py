@@ -158,11 +158,11 @@ def commands_page() -> str:
 
 
 def tasks_page() -> str:
-    from vlm_smmd.data.tasks import SYNTHESIZERS, TASKS
+    from vlm_smmd.data.tasks import SYNTH_KINDS, TASKS
 
     rendered = {}
-    for kind, task in SYNTHESIZERS.items():
-        rendered.setdefault(task, []).append(kind)
+    for kind in SYNTH_KINDS.values():
+        rendered.setdefault(kind.layout, []).append(kind.name)
     lines = ["# Tasks", "", GENERATED, "",
              "Every dataset the pipeline reads (`--data NAME:PATH`, the `dataset` config key), from the task "
              "registry `vlm_smmd/data/tasks.py`. `synthesize` names the `synthesize:` kinds that render it.", ""]

@@ -89,8 +89,7 @@ SYNTH_KINDS = {k.name: k for k in (
     SynthKind("grounding", "data_synth.grounding:write_grounding_dataset", "grounding"),
 )}
 
-# views of SYNTH_KINDS for older callers: kind -> layout task; the kinds synthesize_size applies to
-SYNTHESIZERS = {name: k.layout for name, k in SYNTH_KINDS.items()}
+# the kinds synthesize_size applies to (what a report shows it for)
 SIZED_SYNTHESIZERS = tuple(name for name, k in SYNTH_KINDS.items() if k.size is not None)
 
 

@@ -135,7 +135,7 @@ def _write_gsm8k(root: Path, splits) -> None:
 def stand_in_source(kind: str, root: Path, splits, *, data_args, model_args, factor) -> dict:
     """Write a stand-in of dataset `kind` into `root` (or say how to synthesize one): the DataArguments
     fields to use for it. DryRunError for a kind with no stand-in."""
-    from ..data.tasks import SYNTHESIZERS, names_with
+    from ..data.tasks import SYNTH_KINDS
 
     if kind == "refcoco":
         _write_refcoco(root, splits)
@@ -143,10 +143,11 @@ def stand_in_source(kind: str, root: Path, splits, *, data_args, model_args, fac
     if kind == "gsm8k":
         _write_gsm8k(root, splits)
         return {"data_root": str(root), "synthesize": "none"}
-    if kind in SYNTHESIZERS:
+    if kind in SYNTH_KINDS:
         synth = data_args.synthesize if data_args.synthesize != "none" else kind
         options = dict(data_args.synthesize_options or {})
-        if SYNTHESIZERS[synth] in names_with("relaxed") and synth != "bars":  # chart layouts
+        row = SYNTH_KINDS[synth]
+        if row.per_split and row.size is None:  # charts synthesize_size does not size: the config's resolution
             options.setdefault("size", list(_chart_size(model_args.max_pixels, factor or 28)))
             options.setdefault("questions_per_chart", 1)
         return {"data_root": str(root), "synthesize": synth, "synthesize_num": 8,
