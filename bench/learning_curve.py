@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from vlm_smmd.analysis import analyze_records, headline, load_predictions  # noqa: E402
-from vlm_smmd.evaluation import evaluate_model  # noqa: E402
-from vlm_smmd.training import checkpoint_problem  # noqa: E402
+from vlm_smmd.analysis import headline  # noqa: E402
+from vlm_smmd.evaluation import EvalArguments  # noqa: E402
+from vlm_smmd.experiments.curves import evaluate_point, run_checkpoints  # noqa: E402
 
 KEYS = {  # the figures a curve shows, per kind of answer: headline keys
     "chart": ("exact_match", "relaxed_accuracy", "mae", "within_1", "within_2"),
@@ -33,22 +32,6 @@ KEYS = {  # the figures a curve shows, per kind of answer: headline keys
               "mean_time_gap_worst_min", "no_time_rate"),
     "number": ("exact_match", "value_exact", "mae", "within_1"),
 }
-
-
-def checkpoints(run: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of every complete checkpoint (as resume judges it), and of the final model (its
-    step from trainer_state)."""
-    found = []
-    for folder in run.glob("checkpoint-*"):
-        m = re.fullmatch(r"checkpoint-(\d+)", folder.name)
-        if m and checkpoint_problem(folder) is None:
-            found.append((int(m.group(1)), folder))
-    state = run / "trainer_state.json"
-    if (run / "config.json").is_file() and state.is_file():
-        step = json.loads(state.read_text())["global_step"]
-        if step not in {s for s, _ in found}:
-            found.append((step, run))
-    return sorted(found)
 
 
 def main(argv=None) -> int:
@@ -60,16 +43,16 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--max-new-tokens", type=int, default=8)
     args = p.parse_args(argv)
-    steps = checkpoints(args.run)
+    steps = run_checkpoints(args.run)
     if not steps:
         p.error(f"{args.run}: no complete checkpoint-N folder or final model")
     batch = json.loads((steps[-1][1] / "trainer_state.json").read_text()).get("train_batch_size")
     rows, chance = [], {}
     for step, folder in steps:
         out = args.run / "curve" / f"step-{step}"
-        evaluate_model(str(folder), [args.data], out, limit=args.limit, batch_size=args.batch_size,
-                       max_new_tokens=args.max_new_tokens, instruction=args.instruction, progress=False)
-        analysis = analyze_records(load_predictions(out / "predictions.jsonl"))
+        analysis = evaluate_point(folder, [args.data], out, EvalArguments(
+            limit=args.limit, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+            instruction=args.instruction))
         figs = {f.key: f for f in headline(analysis)}
         kind = "clock" if "hour_correct" in figs else "chart" if "relaxed_accuracy" in figs else "number"
         row = {"step": step, "samples_seen": step * batch if batch else None, "n": analysis["records"],

@@ -108,6 +108,13 @@ def build_parser() -> Parser:
                              "best primary_metric on the val split (ties to the smaller value)")
     parser.add_argument("--dev-seeds", help="seeds used while building the setting (default: the config's "
                         "dev_seeds): shown, left out of every aggregate and test")
+    parser.add_argument("--curve", metavar="P1,P2,...",
+                        help="learning curve: also evaluate the primary_metric on val at these percents of max_steps "
+                             "(e.g. 25,50,75; 100 is the final model), from checkpoints saved there; needs "
+                             "primary_metric and 'val' among test_splits; exploratory, on the page and in curve.json")
+    parser.add_argument("--curve-limit", type=int, default=200,
+                        help="val samples evaluated per curve point: the first N (at most --eval-limit; "
+                             "default %(default)s)")
     parser.add_argument("--allow-overlap", action="store_true",
                         help="write the results even when an evaluated split shares images (or, for an unseen-values "
                              "split, answers) with training; the page then says so")
@@ -190,7 +197,30 @@ def parse(argv: list[str]) -> argparse.Namespace:
     except ConfigError as e:
         raise UsageError(str(e).replace("--seeds", "--dev-seeds")) from None
     _grid(args)
+    _curve(args)
     return args
+
+
+def _curve(args) -> None:
+    """args.curve_settings (compare.json's "curve", None without --curve) from --curve and --curve-limit."""
+    from ..experiments.curves import SPLIT, parse_percents
+
+    args.curve_settings = None
+    if args.curve is None:
+        return
+    try:
+        percents = parse_percents(args.curve)
+    except ValueError as e:
+        raise UsageError(e) from None
+    if args.curve_limit < 1:
+        raise UsageError(f"--curve-limit must be >= 1, got {args.curve_limit}")
+    if args.data_args.primary_metric is None or SPLIT not in evaluated_splits(args.data_args):
+        raise UsageError(f"--curve evaluates the primary_metric on the {SPLIT} split: {args.config} needs "
+                         f"primary_metric and '{SPLIT}' among test_splits (see docs/guide/comparing.md)")
+    if args.launcher:
+        raise UsageError("--curve needs the compare worker to train (it adds the checkpoints); drop --launcher")
+    args.curve_settings = {"percents": percents, "split": SPLIT, "metric": args.data_args.primary_metric,
+                           "limit": min(args.curve_limit, args.eval_limit or args.curve_limit)}
 
 
 def _grid(args) -> None:
@@ -265,6 +295,7 @@ def _run(args, out: Path, lock_file: str) -> int:
                               max_image_pixels=data_args.max_image_pixels)
     settings = {"config": str(config), "config_sha256": file_sha256(config), "overrides": args.overrides,
                 "eval": eval_settings(args.data, splits, arguments)}
+    settings["curve"] = args.curve_settings  # a resume with other curve points (or none) is refused below
     settings_file = out / "compare.json"
     # --out is new, empty, or an earlier compare with the same settings (resumed); results.md, plots/ and
     # analysis/ would overwrite whatever else a folder holds
@@ -313,6 +344,7 @@ def _run(args, out: Path, lock_file: str) -> int:
     variants = plan_variants(args.auxes, args.controls, args.seed_list, args.grid_values,
                              ungridded=[f.name for f in dataclasses.fields(LossArguments)])
     spec_base = {"config": str(config), "deepspeed": uses_deepspeed(config, args.overrides), "eval": settings["eval"]}
+    spec_base["curve"] = settings["curve"]  # the worker's checkpoints and curve.json
     if args.jobs > 1 and (args.launcher or spec_base["deepspeed"]):
         raise UsageError("--jobs > 1 runs single-process variants side by side; a --launcher or DeepSpeed run "
                          "takes the machine to itself (use --jobs 1)")

@@ -99,7 +99,7 @@ def _work(spec: dict, run_dir: Path, spec_path) -> None:
             ensure_single_process_env()  # before TrainingArguments initialises DeepSpeed
         import torch
 
-        metrics = run(*load_config(spec["config"], spec["overrides"]))
+        metrics = run(*load_config(spec["config"], spec["overrides"]), callbacks=_curve_callbacks(spec))
         write_json(run_dir / "train.json", {**{k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
                                             "torch_threads": torch.get_num_threads()})
     if "eval" in spec["stages"]:
@@ -108,6 +108,21 @@ def _work(spec: dict, run_dir: Path, spec_path) -> None:
             if not _evaluated(run_dir / split):  # a retry evaluates what is missing or damaged
                 evaluate_model(run_dir / "model", data, run_dir / split, dataclasses.replace(arguments, split=split),
                                progress=False)
+        if spec.get("curve"):  # after the val evaluation, whose first records give the 100 % point
+            from .curves import write_curve
+
+            write_curve(run_dir, data, arguments, spec["curve"])
+
+
+def _curve_callbacks(spec: dict) -> list:
+    """`compare --curve`: a checkpoint at each curve step (`curves.checkpoint_steps` of the Trainer's
+    max_steps), evaluated after training and deleted with the other weights unless --keep-models."""
+    if not spec.get("curve"):
+        return []
+    from ..training.trainer import SaveAtSteps
+    from .curves import checkpoint_steps
+
+    return [SaveAtSteps(functools.partial(checkpoint_steps, spec["curve"]["percents"]))]
 
 
 def follow_parent() -> None:

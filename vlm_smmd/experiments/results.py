@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..analysis.formatting import fmt, md_table, new_figure, place_legend, save_figure, series_color
+from .curves import curve_section
 from .statistics import compare_to_reference, interval_excludes_zero
 from .store import Status, read_json
 from .variants import BASELINE, Variant
@@ -493,6 +494,7 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
         if split in report_paths:
             md += [f"Full per-digit comparison on `{split}` (seeds pooled per variant): "
                    f"[analysis/{split}/report.md](analysis/{split}/report.md)", ""]
+    md += curve_section(out, variants, status, settings, per_split.get("val", {}).get("chance"), primary_split)
     md += _runs_section(variants, status, per_split, splits, dev_seeds)
     (out / "results.md").write_text("\n".join(md), encoding="utf-8")
     return {"results_md": out / "results.md", "results_csv": out / "results.csv", "paired_csv": out / "paired.csv",

@@ -87,7 +87,7 @@ def flushing_denormals(enabled: bool = True):
 
 
 def run(model_args, data_args, loss_args, train_args, *, on_ready=None, threads: dict | None = None,
-        replan=None, prepare_model=None) -> dict:
+        replan=None, prepare_model=None, callbacks=()) -> dict:
     """Train as configured; returns the final training metrics. Saves model + processor to output_dir.
 
     The main process locks output_dir for the whole run (`output_lock`: a second run on it is refused).
@@ -97,13 +97,15 @@ def run(model_args, data_args, loss_args, train_args, *, on_ready=None, threads:
     (`DivergenceGuard`). `threads`: the caller's thread plan (`ThreadPlan.record()`), kept in run_config.json
     (without one, the torch threads found); `replan()`, when given, answers the thread count after each step
     (`ThreadReplan`). `prepare_model(model)`, when given, is called on the built model before the Trainer
-    wraps it (the dry run freezes its vocabulary matrices there)."""
+    wraps it (the dry run freezes its vocabulary matrices there). `callbacks`: further TrainerCallbacks (compare's
+    learning curve adds `SaveAtSteps`)."""
     with output_lock(train_args.output_dir, take=train_args.process_index == 0), \
             flushing_denormals(model_args.flush_denormal):
-        return _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan, prepare_model)
+        return _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan, prepare_model, callbacks)
 
 
-def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan, prepare_model=None) -> dict:
+def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan, prepare_model=None,
+         callbacks=()) -> dict:
     from ..data.collator import VLMCollator
     from ..families import family_for
     from ..modeling import SCRATCH, load_model_and_processor, load_processor
@@ -159,7 +161,7 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
         model=model, args=train_args, train_dataset=train_dataset, eval_dataset=eval_dataset,
         data_collator=collator, processing_class=processor, objective=objective,
         callbacks=[DivergenceGuard(objective), resume.SettingsRecorder(settings, fingerprint, resume.resumes(resumed)),
-                   *([ThreadReplan(replan)] if replan is not None else [])],
+                   *([ThreadReplan(replan)] if replan is not None else []), *callbacks],
     )
     if on_ready is not None and train_args.process_index == 0:
         on_ready()

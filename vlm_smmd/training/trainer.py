@@ -93,3 +93,20 @@ class ThreadReplan(TrainerCallback):
             if state.is_world_process_zero:
                 print(f"threads: {threads} torch thread{'s' if threads > 1 else ''} from step {state.global_step} "
                       f"(the free cores changed)", flush=True)
+
+
+class SaveAtSteps(TrainerCallback):
+    """Saves a checkpoint (output_dir/checkpoint-N, as save_steps would) at each global step `at(max_steps)`
+    answers, whatever save_strategy says; the steps are resolved when training starts, from the Trainer's own
+    max_steps (so an epoch-based run works too). Saving reads the weights and RNG states and changes neither."""
+
+    def __init__(self, at):
+        self.at = at
+        self.steps: frozenset[int] = frozenset()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.steps = frozenset(self.at(state.max_steps))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.steps:
+            control.should_save = True
