@@ -8,6 +8,10 @@ drawn with kernel_seed = (the config's kernel_seed) + seed, so its spread over s
 kernels rather than one lucky or unlucky draw. Synthetic data (`synthesize:`) is rendered once, before the
 first variant, so all variants read the same files.
 
+Two stages choose and confirm a weight: `--grid KEY=V1,...` on development seeds writes selection.json (not
+evidence); `--selection DIR/selection.json` on fresh seeds runs each loss at its own chosen values (a control
+kernel at smmd's), the groups keeping their plain names, and refuses a selection made on another config file.
+
 Each variant runs in a fresh process (`vlm-smmd compare-worker`): training, then evaluation on the saved
 model (the config's eval_split, else "test"). With `--launcher "torchrun --nproc_per_node 8"` training runs
 under that launcher (`LAUNCHER -m vlm_smmd.cli train ...`) and the worker only evaluates. The analysis runs
@@ -71,6 +75,8 @@ from ..experiments.threads import plan_threads
 from ..experiments.variants import KERNEL_CONTROLS, RESERVED, GridError, check_grid, parse_grid, plan_variants
 from . import Output, UsageError
 
+DEFAULT_AUX = "none,smmd,mmd,smooth,ntl_was,ntl_mse,dist2"
+
 
 def build_parser() -> Parser:
     parser = Parser(
@@ -79,8 +85,8 @@ def build_parser() -> Parser:
                     "seeds on one config; writes results.md / results.csv, plots and a comparison report. "
                     "Any further --key value is a config override applied to every variant.")
     parser.add_argument("config", type=Path, help="YAML run config (see vlm-smmd train --help)")
-    parser.add_argument("--aux", default="none,smmd,mmd,smooth,ntl_was,ntl_mse,dist2",
-                        help=f"comma-separated aux losses, from {', '.join(AUX_NAMES)} (default %(default)s)")
+    parser.add_argument("--aux", help=f"comma-separated aux losses, from {', '.join(AUX_NAMES)} (default "
+                                      f"{DEFAULT_AUX}; with --selection the losses its file lists)")
     parser.add_argument("--kernel-controls", default="random,shuffled",
                         help="SMMD with these control kernels, from random, shuffled; '' for none "
                              "(default %(default)s)")
@@ -106,6 +112,11 @@ def build_parser() -> Parser:
                         help="the selection stage: every loss at each value of this config key (repeatable: the "
                              "product), on development seeds; writes selection.json, per loss the value with the "
                              "best primary_metric on the val split (ties to the smaller value)")
+    parser.add_argument("--selection", type=Path, metavar="SELECTION.json",
+                        help="the confirmation: each loss runs at the values a compare --grid chose for it (its "
+                             "selection.json, made on this config file), on fresh seeds (none a development seed "
+                             "or one the selection chose on); the page shows the selection's validation table, "
+                             "marked not evidence")
     parser.add_argument("--dev-seeds", help="seeds used while building the setting (default: the config's "
                         "dev_seeds): shown, left out of every aggregate and test")
     parser.add_argument("--curve", metavar="P1,P2,...",
@@ -166,7 +177,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.selection is not None and args.grid:
+        parser.error("--selection (the confirmation) and --grid (the selection stage) exclude each other: choose "
+                     "with --grid on development seeds, then confirm with --selection on fresh ones")
     try:
+        args.selection_data = _load_selection(args.selection) if args.selection is not None else None
+        if args.aux is None:  # a confirmation runs the losses its selection chose for, unless told otherwise
+            controls = {f"smmd-{c}" for c in KERNEL_CONTROLS}
+            args.aux = (",".join(k for k in args.selection_data["losses"] if k not in controls)
+                        if args.selection_data else DEFAULT_AUX)
         args.auxes = _names(args.aux, AUX_NAMES, "--aux")
         args.controls = _names(args.kernel_controls, KERNEL_CONTROLS, "--kernel-controls")
         args.seed_list = _seeds(args.seeds)
@@ -197,6 +216,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     except ConfigError as e:
         raise UsageError(str(e).replace("--seeds", "--dev-seeds")) from None
     _grid(args)
+    _selection(args)
     _curve(args)
     return args
 
@@ -223,6 +243,42 @@ def _curve(args) -> None:
                            "limit": min(args.curve_limit, args.eval_limit or args.curve_limit)}
 
 
+def _load_selection(path: Path) -> dict:
+    from ..experiments.selection import (  # numpy: compare --help starts without it
+        SelectionError,
+        load_selection,
+    )
+
+    try:
+        return load_selection(path)
+    except SelectionError as e:
+        raise ConfigError(f"--selection {e}") from None
+
+
+def _selection(args) -> None:
+    """args.chosen (aux -> its overrides) for a confirmation from args.selection_data, checked against this
+    config, its seeds and overrides; None without --selection."""
+    args.chosen = None
+    if args.selection_data is None:
+        return
+    from ..experiments.selection import SelectionError, confirmation_overrides
+
+    try:
+        args.chosen = confirmation_overrides(args.selection_data, args.selection, args.auxes, args.controls,
+                                             args.seed_list, args.dev_seed_list, file_sha256(args.config))
+    except SelectionError as e:
+        raise UsageError(e) from None
+    for aux, values in args.chosen.items():
+        both = [k for k in values if k in args.overrides]
+        if both:
+            raise UsageError(f"--{both[0]}: {args.selection} chose it per loss ({aux}: {values[both[0]]}); drop "
+                             f"--{both[0]}, or choose again")
+        try:  # a chosen key or value the config no longer takes (one line naming it)
+            check_config(args.config, {**args.overrides, **values})
+        except ConfigError as e:
+            raise UsageError(f"--selection {args.selection}: {aux}'s chosen {values}: {e}") from None
+
+
 def _grid(args) -> None:
     """args.grid_values from --grid, each value checked against the config; the selection stage runs on
     development seeds only and tests nothing (no --contrast)."""
@@ -237,7 +293,7 @@ def _grid(args) -> None:
     if fresh:
         raise UsageError(f"--grid chooses on development seeds only; seed(s) {', '.join(map(str, fresh))} are not "
                          f"among them ({args.dev_seed_list or 'none declared'}): pass --dev-seeds or the config's "
-                         "dev_seeds, and confirm the chosen values on fresh seeds without --grid")
+                         "dev_seeds, and confirm the chosen values on fresh seeds with --selection")
     if args.contrasts:
         raise UsageError("--grid is the selection stage, which tests nothing: drop --contrast")
     if args.data_args.primary_metric is None or "val" not in evaluated_splits(args.data_args):
@@ -293,8 +349,11 @@ def _run(args, out: Path, lock_file: str) -> int:
                               instruction=data_args.instruction, min_pixels=model_args.min_pixels,
                               max_pixels=model_args.max_pixels, on_error=data_args.on_error,
                               max_image_pixels=data_args.max_image_pixels)
+    # the selection file a confirmation runs (None: not one): a resume with another file is refused below
+    selection = ({"file": str(args.selection.resolve()), "sha256": file_sha256(args.selection)}
+                 if args.selection is not None else None)
     settings = {"config": str(config), "config_sha256": file_sha256(config), "overrides": args.overrides,
-                "eval": eval_settings(args.data, splits, arguments)}
+                "eval": eval_settings(args.data, splits, arguments), "selection": selection}
     settings["curve"] = args.curve_settings  # a resume with other curve points (or none) is refused below
     settings_file = out / "compare.json"
     # --out is new, empty, or an earlier compare with the same settings (resumed); results.md, plots/ and
@@ -341,8 +400,14 @@ def _run(args, out: Path, lock_file: str) -> int:
     settings = {**settings, "primary": {"metric": data_args.primary_metric, "split": data_args.primary_split},
                 "dev_seeds": args.dev_seed_list, "contrasts": args.contrasts, "leakage": leakage,
                 "allow_overlap": args.allow_overlap, "grid": args.grid_values}
+    if args.chosen is not None:  # the page shows the selection's table (not evidence) and each group's values
+        settings["confirmation"] = {
+            **selection, **{k: args.selection_data.get(k) for k in ("metric", "split", "seeds", "lower_is_better",
+                                                                    "overrides", "losses")},
+            "chosen": {**{a: args.chosen[a] for a in args.auxes},
+                       **{f"smmd-{c}": args.chosen["smmd"] for c in args.controls}}}
     variants = plan_variants(args.auxes, args.controls, args.seed_list, args.grid_values,
-                             ungridded=[f.name for f in dataclasses.fields(LossArguments)])
+                             ungridded=[f.name for f in dataclasses.fields(LossArguments)], chosen=args.chosen)
     spec_base = {"config": str(config), "deepspeed": uses_deepspeed(config, args.overrides), "eval": settings["eval"]}
     spec_base["curve"] = settings["curve"]  # the worker's checkpoints and curve.json
     if args.jobs > 1 and (args.launcher or spec_base["deepspeed"]):
@@ -355,6 +420,10 @@ def _run(args, out: Path, lock_file: str) -> int:
     print(f"compare: {len(variants)} variants ({len(args.auxes) + len(args.controls)} losses x "
           f"{len(args.seed_list)} seeds) into {out}", flush=True)
     print(threads.describe(), flush=True)
+    if args.chosen is not None:
+        print(f"confirmation of {args.selection}: " + "; ".join(
+            f"{group} at {', '.join(f'{k}={v}' for k, v in values.items()) or 'the config values'}"
+            for group, values in settings["confirmation"]["chosen"].items()), flush=True)
     rc = run_compare(out, variants, settings, spec_base, overrides=args.overrides,
                      base_kernel_seed=args.loss_args.kernel_seed,
                      launcher=shlex.split(args.launcher) if args.launcher else None, keep_models=args.keep_models,

@@ -407,6 +407,50 @@ def _blank(value):
     return "" if value is None else value
 
 
+def _point(values: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _confirmation_note(conf: Mapping) -> list[str]:
+    return [f"**Confirmation** on fresh seeds of the values chosen in `{conf['file']}` (sha256 {conf['sha256'][:12]}): "
+            "each loss runs at its own chosen values. The selection stage that chose them is shown apart, "
+            "under \"Selection stage (not evidence)\".", ""]
+
+
+def _chosen_lines(conf: Mapping) -> list[str]:
+    """Each group's values in this confirmation, beside the primary table."""
+    return ["Values each group ran at (chosen on the selection stage): " + "; ".join(
+        f"`{group}` {_point(values) if values else 'the config values'}" for group, values in conf["chosen"].items())
+        + ".", ""]
+
+
+def _selection_section(conf: Mapping, overrides: Mapping) -> list[str]:
+    """The whole validation table of the selection file (every loss and value it ran, the chosen one marked):
+    how much the choice mattered, which is no evidence (the values were chosen on these figures)."""
+    metric = conf.get("metric") or ""
+    seeds = conf.get("seeds") or []
+    md = ["## Selection stage (not evidence)", "",
+          f"> Not evidence: these figures chose the values above (`{metric}` on `{conf.get('split')}`, "
+          f"{'lower' if conf.get('lower_is_better') else 'higher'} is better, development seeds "
+          f"{', '.join(map(str, seeds)) or 'none'}), so they cannot also test them. From `{conf['file']}`.", ""]
+    chosen_on = dict(conf.get("overrides") or {})
+    differ = sorted(k for k in {*chosen_on, *overrides} if chosen_on.get(k) != overrides.get(k))
+    md += [f"Selection overrides: `{json.dumps(chosen_on)}`"
+           + (f"; this confirmation's differ in {', '.join(f'`{k}`' for k in differ)}." if differ else
+              "; the same as this confirmation's."), ""]
+    rows = []
+    for loss, entry in (conf.get("losses") or {}).items():
+        chosen = entry.get("chosen")
+        for row in entry.get("table") or []:
+            value = row.get("value") or {}
+            rows.append([loss, _point(value) or "(config values)", fmt(row.get("mean"), metric),
+                         fmt(row.get("std"), metric), _blank(row.get("n")),
+                         "**chosen**" if chosen is not None and value == chosen else ""])
+        if chosen is None:
+            rows.append([loss, "–", "", "", "", f"none chosen: {entry.get('why') or 'no reason recorded'}"])
+    return md + md_table(["loss", "value", f"{metric} mean", "std", "n", "chosen"], rows)
+
+
 def write_results(out: Path, variants: Sequence[Variant], status: Status, settings: Mapping) -> dict:
     """results.md, results.csv, paired.csv, runs.csv, plots/ and analysis/ from what has finished; returns the
     paths and the paired tests ({split: {comparison: ...}})."""
@@ -464,6 +508,9 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
                + " on development seeds; variants also differ in that value. The choice per loss on `val` and "
                "the whole validation table: [selection.json](selection.json). Confirm the chosen values on fresh "
                "seeds.", ""]
+    confirmation = settings.get("confirmation")
+    if confirmation:  # compare --selection: each loss at its own chosen values, on fresh seeds
+        md += _confirmation_note(confirmation)
     md += [f"- config: `{settings['config']}` (sha256 {settings['config_sha256'][:12]})",
            f"- shared overrides: `{json.dumps(settings['overrides'])}`" if settings["overrides"] else
            "- shared overrides: none",
@@ -472,8 +519,9 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
               "every aggregate and test" if dev_seeds else ""),
            f"- evaluation: splits {', '.join(f'`{s}`' for s in splits)}, {samples} of "
            f"{', '.join(f'{n}:{p}' for n, p in ev['data'])}, greedy, max_new_tokens {ev['max_new_tokens']}",
-           "- variants differ only in the aux loss / kernel and the seed (model init and data order); control "
-           "kernels use kernel_seed = base + seed",
+           "- variants differ only in the aux loss / kernel"
+           + (", each loss's chosen values (listed under the primary endpoint)" if confirmation else "")
+           + " and the seed (model init and data order); control kernels use kernel_seed = base + seed",
            "- paired by seed: mean difference with its 95% paired t-interval; the test is the exact sign-flip "
            "permutation test with Holm's correction across the comparisons of each figure", ""]
     md += _leakage_section(settings.get("leakage") or {}, bool(settings.get("allow_overlap")))
@@ -483,6 +531,8 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
         plot = f"plots/{primary_split}_paired_differences.png"
         md += _primary_section({**primary, "split": primary_split}, p["tests"], p["rows"], p["col"],
                                plot if plot in p["plots"] else None, dev_seeds)
+    if confirmation:
+        md += _chosen_lines(confirmation) + _selection_section(confirmation, settings.get("overrides") or {})
     md += ["## Exploratory figures", "",
            "Everything below is exploratory: figures other than the declared endpoint, each corrected only across "
            "the comparisons of that figure. Chance and best constant: from the evaluation records of the first "

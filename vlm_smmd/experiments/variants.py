@@ -20,7 +20,7 @@ class Variant:
     aux: str
     kernel_mode: str
     seed: int
-    overrides: tuple[tuple[str, str], ...] = ()  # this variant's grid point: ((key, raw value), ...)
+    overrides: tuple[tuple[str, str], ...] = ()  # its grid point or chosen values: ((key, raw value), ...)
 
     @property
     def name(self) -> str:
@@ -73,14 +73,26 @@ def grid_label(point: Sequence[tuple[str, str]]) -> str:
 
 
 def plan_variants(auxes: Sequence[str], controls: Sequence[str], seeds: Sequence[int],
-                  grid: Mapping[str, Sequence[str]] | None = None, ungridded: Sequence[str] = ()) -> list[Variant]:
+                  grid: Mapping[str, Sequence[str]] | None = None, ungridded: Sequence[str] = (),
+                  chosen: Mapping[str, Mapping[str, str]] | None = None) -> list[Variant]:
     """Every (group, seed), seed-major: after each round of seeds every group has a result. With a grid each
     loss runs at every point of it (group "smmd@aux_lambda=0.3"); the keys in `ungridded` (the loss options)
-    leave the CE-only baseline alone, which they do not change, so it stays one reference group."""
+    leave the CE-only baseline alone, which they do not change, so it stays one reference group.
+
+    `chosen` (the confirmation, `compare --selection`): aux -> its own overrides ({key: raw value}); each group
+    runs at its aux's values (a control kernel at smmd's) and keeps its plain name, so it pairs with `none` as
+    in any comparison. A ValueError for an aux it lacks, or with a grid too."""
     grid = dict(grid or {})
+    if grid and chosen is not None:
+        raise ValueError("a grid (the selection stage) and chosen values (the confirmation) exclude each other")
     groups = [(a, a, "value_distance") for a in auxes] + [(f"smmd-{c}", "smmd", c) for c in controls]
     planned = []
     for g, aux, mode in groups:
+        if chosen is not None:
+            if aux not in chosen:
+                raise ValueError(f"no chosen values for {aux!r} (group {g})")
+            planned.append((g, aux, mode, tuple(chosen[aux].items())))
+            continue
         keys = [k for k in grid if not (aux == BASELINE and k in ungridded)]
         for values in itertools.product(*(grid[k] for k in keys)):
             point = tuple(zip(keys, values))
@@ -89,7 +101,8 @@ def plan_variants(auxes: Sequence[str], controls: Sequence[str], seeds: Sequence
 
 
 def variant_overrides(base: Mapping, variant: Variant, run_dir: Path, base_kernel_seed: int) -> dict:
-    """The config overrides of one variant: the shared ones, its grid point, aux, kernel, seed and output_dir."""
+    """The config overrides of one variant: the shared ones, its grid point (or chosen values), aux, kernel, seed
+    and output_dir."""
     overrides = {**base, **dict(variant.overrides), "aux": variant.aux, "kernel_mode": variant.kernel_mode, "seed": variant.seed,
                  "output_dir": str(run_dir / "model")}
     if variant.kernel_mode != "value_distance":
