@@ -451,6 +451,9 @@ def _check(path, overrides: dict):
 
 
 _MIXTURE_KEYS = {"name", "root", "split", "weight", "limit", "label", "on_error"}  # mixture.from_spec's own
+# a mixture entry may render its root on first use: the DataArguments synthesis keys, per source
+# (training.datasets.source_data_args); the reader never sees them (mixture.from_spec drops synthesize*)
+SYNTH_ENTRY_KEYS = tuple(f.name for f in fields(DataArguments) if f.name.startswith("synthesize"))
 
 
 def _keywords(function, set_by_caller: set[str]) -> set[str] | None:
@@ -485,16 +488,18 @@ def check_nested_keys(data_args, nested: dict, path, lines: dict, overrides: dic
             return f"{path}: line {line}" if line else str(path)
         return where
 
-    options = nested.get("synthesize_options")
-    if options is not None and data_args.synthesize != "none":
-        kind = data_args.synthesize
+    def check_synth_options(kind, options, key_path, what):
         allowed = synth_options(kind)
         if allowed is not None:
-            _unknown(options, set(allowed), f"synthesize_options of synthesize: {kind}", locate(("synthesize_options",)))
+            _unknown(options, set(allowed), f"{what} of synthesize: {kind}", locate(key_path))
         for option, shape in synth_nested(kind).items():  # clocks: style, the ClockStyle fields
             if isinstance(options.get(option), dict):
-                _unknown(options[option], {f.name for f in fields(shape)}, f"synthesize_options.{option} "
-                         f"({shape.__name__})", locate(("synthesize_options", option)))
+                _unknown(options[option], {f.name for f in fields(shape)}, f"{what}.{option} "
+                         f"({shape.__name__})", locate((*key_path, option)))
+
+    options = nested.get("synthesize_options")
+    if options is not None and data_args.synthesize != "none":
+        check_synth_options(data_args.synthesize, options, ("synthesize_options",), "synthesize_options")
     options = nested.get("reader_options")
     if options is not None and data_args.dataset != "mixture":
         allowed = _keywords(reader(data_args.dataset), {"root", "split", "on_error"})
@@ -504,7 +509,11 @@ def check_nested_keys(data_args, nested: dict, path, lines: dict, overrides: dic
         if isinstance(entry, dict) and entry.get("name") in TASKS:
             allowed = _keywords(reader(entry["name"]), {"root", "split", "on_error"})
             if allowed is not None:
-                _unknown(entry, allowed | _MIXTURE_KEYS, f"mixture entry {i} ({entry['name']})", locate(("mixture", i)))
+                _unknown(entry, allowed | _MIXTURE_KEYS | set(SYNTH_ENTRY_KEYS), f"mixture entry {i} ({entry['name']})",
+                         locate(("mixture", i)))
+            if entry.get("synthesize", "none") != "none" and entry.get("synthesize_options"):
+                check_synth_options(entry["synthesize"], entry["synthesize_options"],
+                                    ("mixture", i, "synthesize_options"), f"mixture entry {i} synthesize_options")
 
 
 DEFAULT_OUTPUT_DIR = "outputs/run"
@@ -608,8 +617,36 @@ def validate(model_args: ModelArguments, data_args: DataArguments, loss_args) ->
     if data_args.dataset == "mixture":
         if not data_args.mixture:
             raise ConfigError("dataset: mixture needs the key 'mixture' (a list of sources)")
+        if data_args.synthesize != "none":
+            raise ConfigError("synthesize does not apply to dataset: mixture; give each mixture entry that is "
+                              "rendered its own synthesize (and synthesize_num, _seed, _size, _options)")
+        for i, entry in enumerate(data_args.mixture):
+            check_entry_synthesis(i, entry)
     elif data_args.data_root is None:
         raise ConfigError(f"dataset {data_args.dataset!r} needs the key 'data_root'")
+
+
+def check_entry_synthesis(i: int, entry: dict) -> None:
+    """A mixture entry's synthesis keys (SYNTH_ENTRY_KEYS) have the types and ranges of the top-level ones,
+    and its kind writes the layout of the entry's task; ConfigError naming the entry otherwise."""
+    kind = entry.get("synthesize", "none")
+    where = f"mixture entry {i} ({entry.get('name')})"
+    if kind == "none":
+        given = [k for k in SYNTH_ENTRY_KEYS if k in entry and k != "synthesize"]
+        if given:
+            raise ConfigError(f"{where}: {', '.join(given)} without synthesize (nothing would be rendered)")
+        return
+    if kind not in SYNTH_TABLE:
+        raise ConfigError(f"{where}: synthesize must be one of {', '.join(SYNTH_KINDS)}; got {kind!r}")
+    if SYNTH_TABLE[kind].layout != entry.get("name"):
+        raise ConfigError(f"{where}: synthesize: {kind} writes the {SYNTH_TABLE[kind].layout} layout, which "
+                          f"name: {entry.get('name')} does not read")
+    for key, low in (("synthesize_num", 1), ("synthesize_seed", 0), ("synthesize_size", 1)):
+        value = entry.get(key, 0 if key == "synthesize_seed" else 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{where}: {key} must be an integer >= {low}, got {value!r}")
+    if not isinstance(entry.get("synthesize_options") or {}, dict):
+        raise ConfigError(f"{where}: synthesize_options must be a mapping, got {entry['synthesize_options']!r}")
 
 
 def evaluated_splits(data_args: DataArguments) -> list[str]:

@@ -200,6 +200,11 @@ def load_processor(name_or_path: str, *, min_pixels: int | None = None, max_pixe
 
 
 SCRATCH = "scratch"
+# the scratch tokenizer's init keyword (saved in tokenizer_config.json) listing every character of the texts
+# its vocabulary was learned from: a fine-tune from the saved model checks its own texts against it
+# (training.datasets.check_base_vocabulary), since byte-level BPE encodes any text and an unseen
+# character would silently get bytes whose embeddings were never trained
+TASK_CHARACTERS = "task_characters"
 
 
 def _mrope_sections(head_dim: int) -> list[int]:
@@ -219,11 +224,13 @@ def build_scratch(family, texts, *, sizes: dict, min_pixels=None, max_pixels=Non
 
     if family.model_type not in ("qwen2_5_vl", "qwen2"):
         raise ModelLoadError(f"the scratch preset supports the qwen2_5_vl and qwen2 families, not {family.model_type}")
+    texts = list(texts)
     base = family.tiny_processor(min_pixels, max_pixels)
     base_tok = getattr(base, "tokenizer", base)
     specials = [t.content for _, t in sorted(base_tok.added_tokens_decoder.items()) if t.special]
     tok = build_task_tokenizer(texts, special_tokens=specials, chat_template=base_tok.chat_template,
                                eos_token=base_tok.eos_token, pad_token=base_tok.pad_token, max_merges=merges)
+    tok.init_kwargs[TASK_CHARACTERS] = "".join(sorted(set().union(*map(set, texts))))
     hidden, heads = sizes["hidden_size"], sizes["heads"]
     if hidden % heads or (hidden // heads) % 2:
         raise ModelLoadError(f"scratch: hidden_size {hidden} must split into {heads} heads of an even size")

@@ -1,11 +1,14 @@
 """The run record: what `vlm-smmd train` writes to run_config.json beside the trained model, and the one
 place that knows its layout. On disk it is one flat JSON object (as every earlier release wrote it): every
 model / data / loss key as used plus the trainer keys that shape the run (`settings`), then the family,
-the V_num size, the thread plan, the training records' fingerprint and, for a resumed run, `resumed`.
+the V_num size, the thread plan, the training records' fingerprint, for a resumed run `resumed` and, for a
+run that starts from a trained local folder (a fine-tune of a base), `base`: that folder and the sha256 of
+its weights (`weights_identity`; `base_line` says it in one line for a report).
 Keys this release does not name (an older or newer release's) stay in `settings`, so a read-write round
 trip keeps them. Stdlib only: training, evaluation and analysis all import it."""
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +22,7 @@ class RunRecordError(ValueError):
 
 # the record's own keys beside the settings: key -> (accepted JSON types, what the error calls it)
 _META = {"family": (str, "a string"), "numeric_vocab_size": (int, "an integer"), "threads": (dict, "an object"),
-         "data_fingerprint": (str, "a string"), "resumed": (list, "a list")}
+         "data_fingerprint": (str, "a string"), "resumed": (list, "a list"), "base": (dict, "an object")}
 
 
 @dataclass
@@ -30,6 +33,7 @@ class RunRecord:
     threads: dict | None = None
     data_fingerprint: str | None = None
     resumed: list[dict] = field(default_factory=list)  # each resume: {checkpoint, step, changed, ...}
+    base: dict | None = None  # the trained folder it started from: {folder, sha256, files} (weights_identity)
 
     def get(self, key: str, default=None):
         """A setting by its config key (e.g. "instruction", "dataset", "data_root", "reader_options")."""
@@ -38,7 +42,7 @@ class RunRecord:
     def to_dict(self) -> dict:
         """The flat object run_config.json holds; unset record keys are left out, as earlier releases did."""
         out = dict(self.settings)
-        for key in ("family", "numeric_vocab_size", "threads", "data_fingerprint"):
+        for key in ("family", "numeric_vocab_size", "threads", "data_fingerprint", "base"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.resumed:
@@ -81,3 +85,43 @@ class RunRecord:
         except ValueError as e:
             raise RunRecordError(f"{path}: not valid JSON ({e})") from None
         return cls.from_dict(data, source=str(path))
+
+
+def _weights_files(folder: Path) -> list[Path]:
+    """The weights files `from_pretrained` reads in a saved folder: *.safetensors (one file or the shards of
+    an index), else pytorch_model*.bin; by name."""
+    files = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("pytorch_model*.bin"))
+    return [f for f in files if f.is_file()]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_identity(folder) -> dict:
+    """{"folder": as given, "files": {name: sha256}, "sha256": ...} of a saved model folder's weights: the one
+    file's sha256, or for several (shards) the sha256 of their `sha256sum` lines ("HASH  NAME\n", by name),
+    so either is checked with sha256sum. RunRecordError when the folder holds no weights file."""
+    path = Path(folder)
+    files = _weights_files(path)
+    if not files:
+        raise RunRecordError(f"{folder}: no weights file (*.safetensors or pytorch_model*.bin) to identify the base by")
+    hashes = {f.name: _sha256(f) for f in files}
+    if len(hashes) == 1:
+        combined = next(iter(hashes.values()))
+    else:
+        combined = hashlib.sha256("".join(f"{h}  {n}\n" for n, h in hashes.items()).encode()).hexdigest()
+    return {"folder": str(folder), "files": hashes, "sha256": combined}
+
+
+def base_line(record: RunRecord) -> str | None:
+    """"starts from FOLDER (sha256 FIRST-12)" for a run that started from a trained folder, else None (a
+    run from a preset, a hub id or scratch)."""
+    base = record.base
+    if not base or not base.get("sha256"):
+        return None
+    return f"starts from {base.get('folder')} (sha256 {str(base['sha256'])[:12]})"

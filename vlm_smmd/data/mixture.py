@@ -121,11 +121,13 @@ class MixtureDataset(Dataset):
         "round_digits", "verify_images", "max_records"; GSM8K "target"; DeepMind Mathematics "modules",
         "numeric_only"). Text sources yield text-only Samples (image None). "label" names the source in the
         mixture (default "name:split"). Weights are used when any entry gives one (others default to 1).
+        Keys synthesize* (`synthesize`, `synthesize_num`, ...) say how the source's root is rendered
+        (training.datasets.synthesize_if_missing), not how it is read: they are not passed to the reader.
         """
         sources, weights, limits = {}, {}, {}
         any_weight = any("weight" in entry for entry in spec)
         for k, entry in enumerate(spec):
-            entry = dict(entry)
+            entry = {key: value for key, value in entry.items() if not key.startswith("synthesize")}
             name = entry.pop("name", None)
             if name not in TASKS:
                 raise ValueError(f"mixture spec entry {k}: name must be one of {tuple(TASKS)}, got {name!r}")

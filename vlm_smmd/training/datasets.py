@@ -1,8 +1,10 @@
-"""The run's datasets: synthetic sets rendered into data_root when missing, the configured reader (or
-mixture) per split, and every record checked by the preflight before the model loads."""
+"""The run's datasets: synthetic sets rendered into data_root (or each mixture source's root) when missing,
+the configured reader (or mixture) per split, and every record checked by the preflight before the model
+loads."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -29,7 +31,15 @@ def synthesize_if_missing(data_args) -> None:
     held-out values, the others none.
 
     One process at a time renders a data_root: a lock on DATA_ROOT.lock beside it; a second run waits
-    for the first and then reuses (or resumes) what it rendered, never touching a folder being written."""
+    for the first and then reuses (or resumes) what it rendered, never touching a folder being written.
+
+    A mixture renders each source that names a `synthesize` kind into its own root, with that entry's
+    synthesize_num / _seed / _size / _options (`source_data_args`)."""
+    if data_args.dataset == "mixture":
+        for entry in data_args.mixture or ():
+            if entry.get("synthesize", "none") != "none":
+                synthesize_if_missing(source_data_args(data_args, entry))
+        return
     if data_args.synthesize == "none" or data_args.data_root is None:
         return
     kind, root = synth_kind(data_args.synthesize), Path(data_args.data_root)
@@ -39,6 +49,17 @@ def synthesize_if_missing(data_args) -> None:
         return
     with waiting_lock(root.parent / f"{root.name}.lock", f"rendering {root}"):
         _synthesize(data_args, kind, root)
+
+
+def source_data_args(data_args, entry: dict):
+    """The DataArguments of one mixture source read alone: its task, root and training split, and its own
+    synthesis keys (those it does not give take the DataArguments defaults, not the mixture's top-level
+    values, so a source renders the same whichever mixture it is in). Splits to render (eval_split,
+    test_splits) are the mixture's: evaluation reads each of them from every source."""
+    defaults = {f.name: f.default for f in dataclasses.fields(data_args) if f.name.startswith("synthesize")}
+    synthesis = {key: entry.get(key, default) for key, default in defaults.items()}
+    return dataclasses.replace(data_args, dataset=entry["name"], data_root=entry["root"], mixture=None,
+                               train_split=entry.get("split", data_args.train_split), **synthesis)
 
 
 def _synthesize(data_args, kind, root: Path) -> None:
@@ -95,6 +116,41 @@ def _check_rendered(root: Path, record: Path, wanted: dict) -> None:
         raise ConfigError(f"{root} was rendered with other settings ({detail}); to train on it as it is, set "
                           "synthesize: none; else remove it or choose another data_root")
     print(f"reusing the synthetic data in {root}")
+
+
+def check_base_vocabulary(tokenizer, datasets, data_args, base) -> None:
+    """Every character of the run's texts (each record's question and answer, the instruction, the system
+    prompt) is one that the base's task vocabulary was learned from (`modeling.TASK_CHARACTERS`, kept by a
+    scratch run's tokenizer). Byte-level BPE encodes any text, so an unseen character would not be an
+    unknown token but bytes whose embeddings the base never trained: a DataError naming the record (a
+    ConfigError naming the key) instead. Tokenizers without the list (hub models) cover any text: no check."""
+    from ..data.sample import DataError
+    from ..modeling import TASK_CHARACTERS
+
+    known = (getattr(tokenizer, "init_kwargs", None) or {}).get(TASK_CHARACTERS)
+    if known is None:
+        return
+    known = set(known)
+
+    def unseen(text) -> str | None:
+        missing = sorted(set(text or "") - known)
+        if not missing:
+            return None
+        return f"character{'s' if len(missing) > 1 else ''} " + ", ".join(repr(c) for c in missing)
+
+    why = (f"not in the task vocabulary of the base {base} (its texts never had it, so its embedding was never "
+           "trained); fine-tune on texts it covers, or start from scratch (--model_name_or_path scratch)")
+    for key in ("instruction", "system_prompt"):
+        missing = unseen(getattr(data_args, key))
+        if missing:
+            raise ConfigError(f"{key}: {missing} {why}")
+    for dataset in datasets:
+        for i in range(len(dataset) if dataset is not None else 0):
+            sample = dataset[i]
+            for part in ("question", "answer"):
+                missing = unseen(getattr(sample, part))
+                if missing:
+                    raise DataError(f"record {sample.id!r} of {sample.source}: {part} {missing} {why}")
 
 
 def _limit(dataset, limit: int | None):

@@ -7,16 +7,17 @@ Launch: `vlm-smmd train CONFIG.yaml [--key value ...]`; the same command under `
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 from transformers import set_seed
 
 from ..config import aux_options
 from ..losses.objective import NumericObjective
-from ..run_record import RunRecord
+from ..run_record import RunRecord, weights_identity
 from . import resume
 from .checkpoints import resume_checkpoint, save_final, stopped_run_error
-from .datasets import build_datasets, checked_datasets
+from .datasets import build_datasets, check_base_vocabulary, checked_datasets
 from .guards import DivergenceGuard, output_lock
 from .trainer import NumericTrainer, ThreadReplan
 
@@ -131,6 +132,10 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
         family, processor = load_processor(model_args.model_name_or_path, min_pixels=model_args.min_pixels,
                                            max_pixels=model_args.max_pixels, random_init=model_args.random_init)
     tokenizer = getattr(processor, "tokenizer", processor)
+    base = None  # a trained local folder (a base model): its identity for run_config.json, its vocabulary checked
+    if scratch_config is None and os.path.isdir(model_args.model_name_or_path):
+        base = weights_identity(model_args.model_name_or_path)
+        check_base_vocabulary(tokenizer, (train_dataset, eval_dataset), data_args, model_args.model_name_or_path)
     collator = VLMCollator(
         processor, family=family, system_prompt=data_args.system_prompt,
         instruction=data_args.instruction, max_length=data_args.max_length, min_pixels=model_args.min_pixels,
@@ -177,7 +182,7 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
         metrics.update(trainer.evaluate())
     save_final(trainer, processor, merge_lora=model_args.lora and model_args.merge_lora,
                run_config=run_config(model_args, data_args, loss_args, train_args, collator, threads,
-                                     data_fingerprint=fingerprint, resumed=resume.resumes(resumed)))
+                                     data_fingerprint=fingerprint, resumed=resume.resumes(resumed), base=base))
     if data_args.on_error == "skip":
         # records dropped by the preflight (each once), plus any the collator still had to skip (a file
         # that broke during the run), totalled over DataLoader workers and ranks
@@ -193,10 +198,12 @@ def _run(model_args, data_args, loss_args, train_args, on_ready, threads, replan
 
 
 def run_config(model_args, data_args, loss_args, train_args, collator, threads: dict | None = None, *,
-               data_fingerprint: str | None = None, resumed: list[dict] | None = None) -> RunRecord:
+               data_fingerprint: str | None = None, resumed: list[dict] | None = None,
+               base: dict | None = None) -> RunRecord:
     """The run's identity for reports (its RunRecord, run_config.json): every model / data / loss key as used, the trainer keys that shape
     the run, the family and V_num size, the torch thread plan it ran with, the training records'
-    fingerprint and, for a resumed run, each resume (checkpoint, step, the keys that changed)."""
+    fingerprint, for a resumed run each resume (checkpoint, step, the keys that changed) and, for a run
+    from a trained local folder, `base` (the folder and its weights' sha256, `run_record.weights_identity`)."""
     from dataclasses import asdict
 
     keys = ("seed", "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
@@ -207,5 +214,5 @@ def run_config(model_args, data_args, loss_args, train_args, collator, threads: 
     record = RunRecord(settings=settings, family=collator.family.model_type,
                        numeric_vocab_size=len(collator.numeric_vocab),
                        threads=threads if threads is not None else {"threads": torch.get_num_threads()},
-                       data_fingerprint=data_fingerprint, resumed=list(resumed or []))
+                       data_fingerprint=data_fingerprint, resumed=list(resumed or []), base=base)
     return RunRecord.from_dict(record.to_dict())  # settings as JSON values (paths as text), as written
