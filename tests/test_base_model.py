@@ -27,7 +27,7 @@ def _sources(root: Path) -> list[dict]:
         {"name": "clocks", "root": str(root / "clocks"), "synthesize": "clocks", "synthesize_num": 24,
          "synthesize_size": 112, "synthesize_options": {"splits": "train=0.5,val=0.25,test=0.25", "progress": False}},
         {"name": "arithmetic", "root": str(root / "arith"), "synthesize": "arithmetic", "synthesize_num": 24,
-         "synthesize_options": {"operations": ["add"], "digits": 2, "splits": "train=0.5,val=0.25,test=0.25",
+         "synthesize_options": {"operations": ["add", "sub"], "digits": 2, "splits": "train=0.5,val=0.25,test=0.25",
                                 "progress": False}},
     ]
 
@@ -192,3 +192,41 @@ def test_fine_tune_starts_from_the_saved_base_and_records_its_hash(base_run, tmp
     with pytest.raises(DataError, match=r"^record '.*' of word_problems: question characters? '.*' not in the "
                                         r"task vocabulary of the base"):
         run(*load_config(None, words))
+
+
+def test_base_config_as_committed_trains_three_steps(tmp_path):
+    """configs/scratch_cpu_base.yaml with each source rendered small into tmp_path (its roots and sizes
+    otherwise as committed) and the preset narrower: every source renders, the mixed batch trains."""
+    from vlm_smmd.config import load_config
+    from vlm_smmd.training import run
+
+    _, base, *_ = check_config(CONFIGS / "scratch_cpu_base.yaml")
+    small = [{**e, "root": str(tmp_path / Path(e["root"]).name), "synthesize_num": 60 if e["name"] == "clocks" else 20}
+             for e in base.mixture]
+    metrics = run(*load_config(CONFIGS / "scratch_cpu_base.yaml", {
+        "mixture": json.dumps(small), "output_dir": str(tmp_path / "out"), "max_steps": "3", "max_eval_samples": "8",
+        "per_device_train_batch_size": "8", "save_strategy": "no", "logging_steps": "1", "disable_tqdm": "true",
+        "report_to": "none"}))
+    assert metrics["train_loss"] == metrics["train_loss"]  # finite
+    for entry in small:
+        assert Path(entry["root"]).is_dir()
+
+
+@pytest.mark.parametrize("setting", ["chart", "clock", "text"])
+def test_fine_tune_config_as_committed_trains_from_a_base(base_run, tmp_path, setting):
+    """Each fine-tune config, from the tiny base in place of outputs/scratch_cpu_base, its data rendered small."""
+    from vlm_smmd.config import load_config
+    from vlm_smmd.run_record import RunRecord
+    from vlm_smmd.training import run
+
+    folder, _ = base_run
+    path = CONFIGS / f"scratch_cpu_ft_{setting}.yaml"
+    _, data, *_ = check_config(path)
+    options = {**(data.synthesize_options or {}), "progress": False} if data.synthesize != "bars" else None
+    run(*load_config(path, {
+        "model_name_or_path": str(folder), "data_root": str(tmp_path / "data"), "output_dir": str(tmp_path / "out"),
+        "synthesize_num": "200" if setting == "clock" else "40", "max_steps": "2", "per_device_train_batch_size": "4",
+        "logging_steps": "1", "disable_tqdm": "true", "report_to": "none",
+        **({"synthesize_options": json.dumps(options)} if options else {})}))
+    record = RunRecord.read(tmp_path / "out" / "run_config.json")
+    assert record.base["sha256"] == _sha256(folder / "model.safetensors")
