@@ -1,5 +1,6 @@
 """Shared fixtures: the real Qwen2.5 tokenizer (offline) and the tiny Qwen2.5-VL preset."""
 
+import os
 import signal
 
 import pytest
@@ -41,3 +42,19 @@ def make_image(width=120, height=90, seed=0):
     draw.line((seed % width, 0, width - 1, height - 1), fill=(200, 30, 30), width=3)
     draw.ellipse((10, 10, 50, 50), outline=(0, 0, 0), width=2)
     return img
+
+
+def pytest_configure(config):
+    """One torch thread in each xdist worker: `-n 2` workers with torch's default of a thread per core would
+    run 4 spinning threads on 2 cores (the commands' thread plan is tested with its inputs given, and the
+    tests that start commands give them OMP_NUM_THREADS themselves)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow (end-to-end) tests first, the rest in their files' order: under `-n 2` a test of minutes that
+    starts near the end keeps one worker busy while the other has nothing left (the tail was minutes)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
