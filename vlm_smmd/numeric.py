@@ -33,6 +33,7 @@ import torch
 
 _PLAIN_NUMBER = re.compile(r"[0-9]*\.?[0-9]*")
 _ASCII_DIGIT = re.compile(r"[0-9]")
+_NUMBER_START = frozenset("0123456789.")  # a plain number's first character
 
 
 def is_plain_number(text: str) -> bool:
@@ -124,8 +125,12 @@ class NumericVocab:
         special = set(getattr(tokenizer, "all_special_ids", []) or [])
         vocab = tokenizer.get_vocab()
         ids, values, texts = [], [], []
-        for text, tid in sorted(vocab.items(), key=lambda kv: kv[1]):
-            if tid in special or not is_plain_number(text):
+        # Few tokens are plain numbers: test that first (a cheap first-character check, then the full one),
+        # so only they are sorted by id. A collator builds this per tokenizer; the whole vocabulary is 150k.
+        numbers = [(text, tid) for text, tid in vocab.items()
+                   if text[:1] in _NUMBER_START and is_plain_number(text)]
+        for text, tid in sorted(numbers, key=lambda kv: kv[1]):
+            if tid in special:
                 continue
             if tokenizer.decode([tid]) != text:
                 continue
