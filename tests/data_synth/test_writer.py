@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import data_synth.writer as writer
 from data_synth.clocks import ClockStyle, render_clock
 from data_synth.writer import clocks_main, encode_png, write_clock_dataset
 from tests.data_synth.signals import logged_lines, terminate_when
@@ -26,16 +25,6 @@ def tree(root: Path) -> dict[str, bytes]:
 
 def rows(root: Path, split: str) -> list[dict]:
     return [json.loads(line) for line in (root / split / "metadata.jsonl").read_text().splitlines()]
-
-
-def test_same_bytes_with_one_or_two_workers(tmp_path):
-    a = write_clock_dataset(tmp_path / "a", 20, seed=3, workers=1, **SMALL)
-    b = write_clock_dataset(tmp_path / "b", 20, seed=3, workers=2, **SMALL)
-    ta, tb = tree(a), tree(b)
-    assert len(ta) == 20 + 2 + 1  # images, two metadata files, generation.json
-    assert ta == tb
-    c = write_clock_dataset(tmp_path / "c", 20, seed=4, workers=1, **SMALL)
-    assert tree(c) != ta
 
 
 def test_layout_counts_and_rerender_from_metadata(tmp_path):
@@ -95,49 +84,6 @@ def test_loads_with_datasets_imagefolder_and_read_clocks(tmp_path):
         assert samples[0].load_image().size == (64, 64)
 
 
-def test_interrupted_write_leaves_no_dataset_and_resume_completes_it(tmp_path, monkeypatch):
-    reference = write_clock_dataset(tmp_path / "ref", 15, seed=11, **SMALL)
-    real = writer._render_item
-    calls = []
-
-    def failing(plan, index, root):
-        if len(calls) == 6:
-            raise RuntimeError("injected failure")
-        calls.append(index)
-        return real(plan, index, root)
-
-    monkeypatch.setattr(writer, "_render_item", failing)
-    out = tmp_path / "out"
-    with pytest.raises(RuntimeError, match="injected"):
-        write_clock_dataset(out, 15, seed=11, **SMALL)
-    assert not out.exists()
-    partial = tmp_path / ".out.partial"
-    assert partial.is_dir()
-    with open(partial / "progress.jsonl", "a") as f:  # a line torn by the interruption
-        f.write('{"file_name": "0000/000')
-
-    with pytest.raises(FileExistsError, match="--resume"):
-        write_clock_dataset(out, 15, seed=11, **SMALL)
-    with pytest.raises(ValueError, match="seed"):
-        write_clock_dataset(out, 15, seed=12, resume=True, **SMALL)
-
-    calls.clear()
-    monkeypatch.setattr(writer, "_render_item", lambda plan, index, root: calls.append(index) or real(plan, index, root))
-    write_clock_dataset(out, 15, seed=11, resume=True, **SMALL)
-    assert sorted(calls) == list(range(6, 15))  # the six finished images were not drawn again
-    assert not partial.exists()
-    assert tree(out) == tree(reference)
-
-
-def test_existing_output_needs_overwrite(tmp_path):
-    out = write_clock_dataset(tmp_path / "o", 10, seed=0, **SMALL)
-    with pytest.raises(FileExistsError, match="overwrite"):
-        write_clock_dataset(out, 10, seed=0, **SMALL)
-    write_clock_dataset(out, 12, seed=1, overwrite=True, **SMALL)
-    assert len(rows(out, "train")) + len(rows(out, "test")) == 12
-    assert not list(tmp_path.glob(".o.*"))
-
-
 def test_time_distribution_file_and_question_phrasings(tmp_path):
     times = tmp_path / "times.txt"
     times.write_text("# two times\n3:00 1\n21:30, 3\n")
@@ -150,20 +96,6 @@ def test_time_distribution_file_and_question_phrasings(tmp_path):
     bad.write_text("3:00\n25:00\n")
     with pytest.raises(ValueError, match=r"bad\.txt:2"):
         write_clock_dataset(tmp_path / "t2", 3, times=bad, **SMALL)
-
-
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(num=0), "num"), (dict(size=32), "size"), (dict(splits="train=0.5,test=0.4"), "sum to 1"),
-    (dict(splits="train=1,train=0"), "train"), (dict(answer_format="hh:mm:ss"), "answer_format"),
-    (dict(style={"numerals": "greek"}), "numerals"), (dict(style={"shade": 1}), "shade"),
-    (dict(style={"second_hand": True}), "second_hand"), (dict(workers=0), "workers"),
-    (dict(answer_format="24h", style={"am_pm": False}), "am_pm"), (dict(num=1), "test would get no image"),
-])
-def test_bad_arguments_raise(tmp_path, kwargs, match):
-    args = dict(num=10, **SMALL) | kwargs
-    with pytest.raises(ValueError, match=match):
-        write_clock_dataset(tmp_path / "x", args.pop("num"), **args)
-    assert not list(tmp_path.iterdir())
 
 
 def test_cli_with_style_options(tmp_path, capsys):
