@@ -19,11 +19,25 @@ ALL_PRESETS = VISION_PRESETS + TEXT_PRESETS
 ANSWERS = ["10:07", "3.5%", "Democrat", "first line\nsecond line 42"]
 
 
+@pytest.fixture(scope="module")
+def shared():
+    """shared(name) -> (model in eval mode, processor) of a preset, built once a module: for the tests that only
+    read them (forward passes, collation, tokenizer ids). A test that trains, freezes, patches or saves
+    parameters' gradients builds its own, or clears what it set."""
+    built = {}
+
+    def get(name):
+        if name not in built:
+            model, processor = load_model_and_processor(name, verbose=False)
+            built[name] = model.eval(), processor
+        return built[name]
+
+    return get
+
+
 @pytest.fixture(scope="module", params=ALL_PRESETS)
-def preset(request):
-    model, processor = load_model_and_processor(request.param, verbose=False)
-    model.eval()
-    return request.param, model, processor
+def preset(request, shared):
+    return (request.param, *shared(request.param))
 
 
 def sample(preset_name, answer="10:07", i=0, size=(120, 90)):
@@ -42,13 +56,13 @@ def test_presets_and_families():
     assert types == {"qwen2_5_vl", "qwen2_vl", "qwen3_vl", "mllama", "qwen2", "llama"}
 
 
-def test_real_special_token_ids():
-    _, qwen3 = load_model_and_processor("tiny-qwen3-vl", verbose=False)
+def test_real_special_token_ids(shared):
+    _, qwen3 = shared("tiny-qwen3-vl")
     tok = qwen3.tokenizer
     assert [tok.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>", "<|image_pad|>", "<think>",
                                                     "</think>")] == [151644, 151645, 151655, 151667, 151668]
     assert len(tok) == 151669
-    _, mllama = load_model_and_processor("tiny-mllama", verbose=False)
+    _, mllama = shared("tiny-mllama")
     tok = mllama.tokenizer
     assert len(tok) == 128257
     assert [tok.convert_tokens_to_ids(t) for t in ("<|begin_of_text|>", "<|eot_id|>", "<|image|>")] == [
@@ -87,8 +101,8 @@ def test_numeric_mask_marks_exactly_the_numeric_tokens(preset):
 
 
 @pytest.mark.parametrize("name", VISION_PRESETS)
-def test_image_placeholders_match_the_image_size(name):
-    _, processor = load_model_and_processor(name, verbose=False)
+def test_image_placeholders_match_the_image_size(name, shared):
+    _, processor = shared(name)
     collator = VLMCollator(processor)
     family = collator.family
     sizes = [(120, 90), (300, 60), (64, 64)]
@@ -188,8 +202,8 @@ def test_generation_stops_at_the_family_end_token_and_scores(preset):
 
 
 @pytest.mark.parametrize("name", VISION_PRESETS)
-def test_lora_targets_and_freezing_by_part(name):
-    model, _ = load_model_and_processor(name, verbose=False)
+def test_lora_targets_and_freezing_by_part(name, shared):
+    model, _ = shared(name)  # read only; the frozen one is built below
     family = family_of(model)
     parts = {family.parameter_part(n) for n, _ in model.named_parameters()}
     assert parts == {"vision", "projector", "language"}
@@ -203,8 +217,8 @@ def test_lora_targets_and_freezing_by_part(name):
         assert p.requires_grad == (family.parameter_part(n) == "language"), n
 
 
-def test_text_family_refuses_images():
-    _, tokenizer = load_model_and_processor("tiny-qwen2.5", verbose=False)
+def test_text_family_refuses_images(shared):
+    _, tokenizer = shared("tiny-qwen2.5")
     collator = VLMCollator(tokenizer)
     with pytest.raises(Exception, match="takes text only.*record 'r0'"):
         collator([Sample(make_image(), "q", "1", "test", "r0")])
@@ -222,9 +236,8 @@ def test_path_like_names_fail_at_once(tmp_path):
 
 
 @pytest.mark.parametrize("name", VISION_PRESETS)
-def test_text_only_and_image_rows_mix_in_one_batch(name):
-    model, processor = load_model_and_processor(name, verbose=False)
-    model.eval()
+def test_text_only_and_image_rows_mix_in_one_batch(name, shared):
+    model, processor = shared(name)
     collator = VLMCollator(processor)
     samples = [Sample(None, "What is 12 + 30?", "42", "text", "t0"), sample(name, "10:07", 1),
                Sample(None, "What is 1.5 * 3?", "4.5", "text", "t2")]
@@ -249,9 +262,9 @@ def test_text_only_and_image_rows_mix_in_one_batch(name):
 
 
 @pytest.mark.parametrize("name", VISION_PRESETS)
-def test_masked_image_changes_no_text_logit_and_reaches_the_vision_tower(name):
-    model, processor = load_model_and_processor(name, verbose=False)
-    model.eval()
+def test_masked_image_changes_no_text_logit_and_reaches_the_vision_tower(name, shared):
+    model, processor = shared(name)
+    model.zero_grad(set_to_none=True)  # the shared model: no gradient is left from elsewhere
     collator = VLMCollator(processor)
     batch = collator([Sample(None, "What is 12 + 30?", "42", "t", "a"), Sample(None, "And 1 + 1?", "2", "t", "b")])
     inputs = {k: v for k, v in batch.items() if k not in ("labels", "numeric_mask")}
@@ -264,7 +277,8 @@ def test_masked_image_changes_no_text_logit_and_reaches_the_vision_tower(name):
     torch.testing.assert_close(out[:, -plain.shape[1]:], plain, rtol=1e-5, atol=1e-5)
     out[:, -3:].sum().backward()
     vision = [p.grad for n, p in model.named_parameters() if family.parameter_part(n) == "vision"]
-    assert all(g is not None for g in vision)
+    model.zero_grad(set_to_none=True)  # leave the shared model as it was
+    assert vision and all(g is not None for g in vision)
 
 
 def test_measure_equals_the_row_length_of_a_batch(preset):
@@ -289,12 +303,11 @@ def test_mrope_positions_by_hand():
     assert mrope_positions(types, mask, torch.tensor([[1, 2, 4]]), merge_size=2) is None
 
 
-def test_collator_mrope_positions_equal_the_models_own():
+def test_collator_mrope_positions_equal_the_models_own(shared):
     """Qwen2.5-VL: the collator's position_ids equal `get_rope_index` (the model's per-row loop) on rows of
     different image sizes, a text-only row, a row with two images and left padding; and the model gives the
     same logits with them as without."""
-    model, processor = load_model_and_processor("tiny", verbose=False)
-    model.eval()
+    model, processor = shared("tiny")
     collator = VLMCollator(processor)
     samples = [sample("tiny", "10:07", 0, (140, 84)), Sample(None, "Is it noon?", "12", "test", "t"),
                sample("tiny", "3", 1, (56, 112)), sample("tiny", "12.5", 2, (200, 200))]
@@ -317,11 +330,11 @@ def test_collator_mrope_positions_equal_the_models_own():
     assert torch.equal(collator.family.position_ids(dict(two), processor), want)
 
 
-def test_batches_without_images_leave_positions_to_the_model():
-    _, processor = load_model_and_processor("tiny", verbose=False)
+def test_batches_without_images_leave_positions_to_the_model(shared):
+    _, processor = shared("tiny")
     batch = VLMCollator(processor)([Sample(None, "Is it noon?", "12", "test", "t")])
     assert "position_ids" not in batch
-    _, processor = load_model_and_processor("tiny-qwen2-vl", verbose=False)  # its own rule, not ours
+    _, processor = shared("tiny-qwen2-vl")  # its own rule, not ours
     assert "position_ids" not in VLMCollator(processor)([sample("tiny-qwen2-vl")])
 
 
