@@ -59,6 +59,7 @@ def run_cli(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # end to end in a process of its own: build, 2 steps, save 85 MB, reload, answer (6-12 s)
 def test_dry_run_of_a_preset_config_leaves_output_dir_alone(tmp_path):
     out = tmp_path / "never"
     result = run_cli("configs/tiny_cpu_arithmetic.yaml", "--dry-run", "--output_dir", str(out))
@@ -68,16 +69,28 @@ def test_dry_run_of_a_preset_config_leaves_output_dir_alone(tmp_path):
     assert not out.exists()
 
 
-def test_a_lora_target_the_model_lacks_is_one_line(tmp_path):
-    result = run_cli("configs/qwen2_5_7b_gsm8k_smmd.yaml", "--dry-run", "--lora", "true", "--lora_vision", "true")
-    assert result.returncode == 1
-    assert error_line(result.stderr).startswith("vlm-smmd train: error: lora_vision: Qwen2.5 (text) has no vision")
+def run_main(capsys, *args) -> tuple[int, str]:
+    """`vlm-smmd train ARGS` in this process (the command's main(), as the console script calls it): exit status
+    and stderr. For refusals that come before any work; a dry run that trains runs in a process of its own."""
+    from vlm_smmd.cli import main
+
+    capsys.readouterr()
+    status = main(["train", *args])
+    return status, capsys.readouterr().err
 
 
-def test_an_unknown_hub_id_is_one_line():
-    result = run_cli("configs/qwen2_5_7b_gsm8k_smmd.yaml", "--dry-run", "--model_name_or_path", "someone/Some-7B")
-    assert result.returncode == 1
-    line = error_line(result.stderr)
+def test_a_lora_target_the_model_lacks_is_one_line(capsys):
+    status, err = run_main(capsys, "configs/qwen2_5_7b_gsm8k_smmd.yaml", "--dry-run", "--lora", "true",
+                           "--lora_vision", "true")
+    assert status == 1
+    assert error_line(err).startswith("vlm-smmd train: error: lora_vision: Qwen2.5 (text) has no vision")
+
+
+def test_an_unknown_hub_id_is_one_line(capsys):
+    status, err = run_main(capsys, "configs/qwen2_5_7b_gsm8k_smmd.yaml", "--dry-run", "--model_name_or_path",
+                           "someone/Some-7B")
+    assert status == 1
+    line = error_line(err)
     assert "someone/Some-7B" in line and "Qwen/Qwen2.5-VL-7B-Instruct" in line
 
 
