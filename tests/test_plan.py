@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +31,11 @@ READY = [c for c in CONFIGS if c.split("/")[-1].startswith(("qwen", "llama"))]
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_plan_answers_for_every_config(config):
-    p = plan_config(config)
+    # a fine-tune starts from the trained research base (configs/scratch_cpu_base.yaml's output), which a fresh
+    # clone lacks: plan its from-scratch twin there, the same architecture and batch
+    base = "outputs/scratch_cpu_base"
+    twin = {"model_name_or_path": "scratch"} if "_ft_" in config and not Path(base, "config.json").is_file() else None
+    p = plan_config(config, twin)
     parts = [p.weights, p.gradients, p.optimizer, p.master, p.activations, p.logits_answer_only]
     assert all(math.isfinite(x) and x >= 0 for x in parts)
     assert p.total == pytest.approx(sum(parts) + p.runtime_reserve)

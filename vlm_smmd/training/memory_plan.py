@@ -440,7 +440,7 @@ def deepspeed_settings(path, config_path) -> dict:
 def _architecture_of(name: str, scratch: tuple) -> tuple:
     """(Architecture, family) of a model name: a released hub id, a preset, scratch (with its sizes) or a local
     checkpoint folder; cached, since configs share models."""
-    from ..families import family_for, looks_like_path, presets, published_family, published_ids
+    from ..families import family_for, presets, published_family, published_ids
     from ..modeling import SCRATCH, build_scratch
 
     if name == SCRATCH:
@@ -457,7 +457,7 @@ def _architecture_of(name: str, scratch: tuple) -> tuple:
     family = published_family(name)
     if family is not None:
         return architecture(family.published_config(name), family), family
-    if looks_like_path(name) and (Path(name) / "config.json").is_file():
+    if (Path(name) / "config.json").is_file():  # an existing folder wins over a hub id of its spelling, as in training
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(name)
