@@ -10,7 +10,8 @@ import pytest
 
 from vlm_smmd.analysis import analyze_records
 from vlm_smmd.cli import main as cli
-from vlm_smmd.experiments.results import comparisons, paired_tests, run_metrics, spread, write_results
+from vlm_smmd.experiments.results import comparisons, paired_tests, run_metrics, write_results
+from vlm_smmd.experiments.statistics import spread
 from vlm_smmd.experiments.store import Status
 from vlm_smmd.experiments.variants import Variant, plan_variants, variant_overrides
 from vlm_smmd.metrics import clock_time_gap

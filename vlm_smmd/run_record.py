@@ -94,7 +94,8 @@ def _weights_files(folder: Path) -> list[Path]:
     return [f for f in files if f.is_file()]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in 1 MB blocks (weights files are gigabytes)."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -110,7 +111,7 @@ def weights_identity(folder) -> dict:
     files = _weights_files(path)
     if not files:
         raise RunRecordError(f"{folder}: no weights file (*.safetensors or pytorch_model*.bin) to identify the base by")
-    hashes = {f.name: _sha256(f) for f in files}
+    hashes = {f.name: file_sha256(f) for f in files}
     if len(hashes) == 1:
         combined = next(iter(hashes.values()))
     else:

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from vlm_smmd.experiments.selection import STAGE, SelectionError, confirmation_overrides, load_selection
-from vlm_smmd.experiments.store import Status, file_sha256
+from vlm_smmd.experiments.store import Status
 from vlm_smmd.experiments.variants import plan_variants, variant_overrides
+from vlm_smmd.run_record import file_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "tiny_cpu_clock.yaml"

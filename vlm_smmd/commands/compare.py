@@ -70,9 +70,10 @@ from ..config import (
 )
 from ..data.tasks import answer_tokens
 from ..evaluation import EvalArguments
-from ..experiments.store import StateError, file_sha256, read_state, write_json
+from ..experiments.store import StateError, read_state, write_json
 from ..experiments.threads import plan_threads
 from ..experiments.variants import KERNEL_CONTROLS, RESERVED, GridError, check_grid, parse_grid, plan_variants
+from ..run_record import file_sha256
 from . import Output, UsageError
 
 DEFAULT_AUX = "none,smmd,mmd,smooth,ntl_was,ntl_mse,dist2"

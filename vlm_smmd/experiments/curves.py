@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .statistics import paired_t, spread
 from .store import StateError, read_state, write_json
 
 CURVE_FILE = "curve.json"
@@ -197,18 +197,11 @@ def collect_curves(out: Path, variants: Sequence, status, settings: Mapping) -> 
     return got
 
 
-def _mean_std(xs: Sequence[float]) -> tuple[float | None, float | None]:
-    if not xs:
-        return None, None
-    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else None
-
-
 def curve_section(out: Path, variants: Sequence, status, settings: Mapping, chance: Mapping | None = None,
                   primary_split: str | None = None) -> list[str]:
     """The page's learning-curve section (and plots/curve.png) when the comparison ran with --curve, else [].
     `chance`: {figure: (chance, best constant)} of the val split (the page's), for the plot's chance line."""
     from ..analysis.formatting import fmt, md_table
-    from .statistics import paired_t
     from .variants import BASELINE
 
     curve = settings.get("curve")
@@ -232,7 +225,8 @@ def curve_section(out: Path, variants: Sequence, status, settings: Mapping, chan
     for group, g in got["groups"].items():
         cells = []
         for p in percents:
-            mean, std = _mean_std(list(g["values"][p].values()))
+            s = spread(list(g["values"][p].values()))
+            mean, std = s["mean"], s["std"]
             text = "–" if mean is None else fmt(mean, metric) + ("" if std is None else f" ± {fmt(std, metric)}")
             cells.append(f"{text} (n={len(g['values'][p])}/{len(g['runs'])})")
         table.append([group, *cells])
@@ -282,7 +276,8 @@ def _curve_plot(path: Path, got: Mapping, label: str, chance: float | None) -> b
             vals = list(g["values"][p].values())
             if not vals:
                 continue
-            mean, std = _mean_std(vals)
+            s = spread(vals)
+            mean, std = s["mean"], s["std"]
             xs.append(p)
             means.append(mean)
             lows.append(mean - (std or 0.0))

@@ -14,14 +14,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from ..analysis.formatting import fmt, md_table, new_figure, place_legend, save_figure, series_color
 from .curves import curve_section
-from .statistics import compare_to_reference, interval_excludes_zero
+from .statistics import compare_to_reference, interval_excludes_zero, spread
 from .store import Status, read_json
 from .variants import BASELINE, Variant
 
@@ -38,15 +37,6 @@ def run_metrics(analysis: Mapping) -> dict[str, float | int | None]:
     from ..analysis import headline
 
     return {"records": analysis["records"], **{f.key: f.value for f in headline(analysis)}}
-
-
-def spread(values: Sequence[float | None]) -> dict:
-    """{"n", "mean", "std" (sample std, None below 2 values), "min", "max"} over the non-None values."""
-    xs = [float(v) for v in values if v is not None]
-    if not xs:
-        return {"n": 0, "mean": None, "std": None, "min": None, "max": None}
-    return {"n": len(xs), "mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None,
-            "min": min(xs), "max": max(xs)}
 
 
 def comparisons(groups: Sequence[str], contrasts: Sequence[tuple[str, str]] = (),

@@ -14,7 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .results import collect, spread
+from .results import collect
+from .statistics import spread
 from .store import Status, write_json
 from .variants import Variant, grid_label
 

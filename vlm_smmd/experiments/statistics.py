@@ -20,6 +20,7 @@ incomplete beta by its continued fraction, inverted by bisection) so the core in
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
@@ -33,6 +34,15 @@ _MC_CHUNK = 8192  # sign patterns drawn per block (bounds memory; fixed, so the 
 
 
 # ------------------------------------------------------------------------------------- Student t
+
+
+def spread(values: Sequence[float | None]) -> dict:
+    """{"n", "mean", "std" (sample std, None below 2 values), "min", "max"} over the non-None values."""
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return {"n": 0, "mean": None, "std": None, "min": None, "max": None}
+    return {"n": len(xs), "mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else None,
+            "min": min(xs), "max": max(xs)}
 
 
 def _betainc_cf(a: float, b: float, x: float) -> float:

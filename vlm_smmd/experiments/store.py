@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -39,10 +38,6 @@ def read_state(path: Path) -> dict:
     if not isinstance(value, dict):
         raise StateError(f"{path} is damaged (a JSON {type(value).__name__}, not an object)")
     return value
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
