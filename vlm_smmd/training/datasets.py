@@ -140,17 +140,27 @@ def check_base_vocabulary(tokenizer, datasets, data_args, base) -> None:
 
     why = (f"not in the task vocabulary of the base {base} (its texts never had it, so its embedding was never "
            "trained); fine-tune on texts it covers, or start from scratch (--model_name_or_path scratch)")
-    for key in ("instruction", "system_prompt"):
-        missing = unseen(getattr(data_args, key))
+    for where, text in run_texts(data_args, datasets):
+        missing = unseen(text)
+        if missing and isinstance(where, str):
+            raise ConfigError(f"{where}: {missing} {why}")
         if missing:
-            raise ConfigError(f"{key}: {missing} {why}")
+            sample, part = where
+            raise DataError(f"record {sample.id!r} of {sample.source}: {part} {missing} {why}")
+
+
+def run_texts(data_args, datasets):
+    """(where, text) of every text a run tokenizes, in this order: the instruction and the system prompt when
+    set (where: the key), then each record's question and answer (where: (sample, "question" / "answer")).
+    The scratch preset learns its vocabulary from them; a fine-tune checks them against its base's."""
+    for key in ("instruction", "system_prompt"):
+        if getattr(data_args, key):
+            yield key, getattr(data_args, key)
     for dataset in datasets:
         for i in range(len(dataset) if dataset is not None else 0):
             sample = dataset[i]
             for part in ("question", "answer"):
-                missing = unseen(getattr(sample, part))
-                if missing:
-                    raise DataError(f"record {sample.id!r} of {sample.source}: {part} {missing} {why}")
+                yield (sample, part), getattr(sample, part)
 
 
 def _limit(dataset, limit: int | None):

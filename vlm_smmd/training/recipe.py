@@ -17,7 +17,7 @@ from ..losses.objective import NumericObjective
 from ..run_record import RunRecord, weights_identity
 from . import resume
 from .checkpoints import resume_checkpoint, save_final, stopped_run_error
-from .datasets import build_datasets, check_base_vocabulary, checked_datasets
+from .datasets import build_datasets, check_base_vocabulary, checked_datasets, run_texts
 from .guards import DivergenceGuard, output_lock
 from .trainer import NumericTrainer, ThreadReplan
 
@@ -60,11 +60,7 @@ def scratch_preset(model_args, data_args, train_dataset, eval_dataset):
     from ..families import family_for
     from ..modeling import build_scratch
 
-    texts = [t for t in (data_args.instruction, data_args.system_prompt) if t]
-    for dataset in (train_dataset, eval_dataset):
-        for i in range(len(dataset) if dataset is not None else 0):
-            sample = dataset[i]
-            texts += [sample.question, sample.answer]
+    texts = [text for _, text in run_texts(data_args, (train_dataset, eval_dataset))]
     sizes = {k: getattr(model_args, f"scratch_{k}") for k in ("hidden_size", "layers", "heads", "vision_hidden_size",
                                                                "vision_depth", "vision_heads")}
     return build_scratch(family_for(model_args.scratch_family), texts, sizes=sizes,
