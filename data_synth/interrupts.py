@@ -4,7 +4,9 @@ anything heavy, so `--help` stays fast)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -38,11 +40,25 @@ def sigterm_as_interrupt():
     previous = {sig: signal.getsignal(sig) for sig in _ENDING if signal.getsignal(sig) is not signal.SIG_IGN}
     for sig in previous:
         signal.signal(sig, handler)
+    old_hook, sys.excepthook = sys.excepthook, quiet_when_parent_left(sys.excepthook)
     try:
         yield
     finally:
+        sys.excepthook = old_hook
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def quiet_when_parent_left(hook):
+    """`hook`, except that a forked worker (a DataLoader's, a pool's) drops an EOFError or ConnectionError: the
+    parent it was handing a batch to stopped mid-handshake (multiprocessing's resource_sharer thread reports that
+    through sys.excepthook), and the parent already says the run was interrupted; a stray traceback after that
+    line would read as a crash. Everything else, and everything in the main process, goes to `hook`."""
+    def excepthook(kind, value, traceback):
+        if multiprocessing.parent_process() is not None and issubclass(kind, (EOFError, ConnectionError)):
+            return
+        hook(kind, value, traceback)
+    return excepthook
 
 
 def interrupt_status(error: KeyboardInterrupt) -> int:
