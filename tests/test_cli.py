@@ -330,6 +330,7 @@ def test_compare_refuses_a_folder_of_something_else(tmp_path, capsys):
     ["eval"], ["eval", "--model", "tiny", "--data", "clocks:x", "--out", "o", "--batch-size", "x"],
     ["analyze"], ["compare"], ["compare", str(TINY_CONFIG)], ["demo", "--bogus"], ["demo", "--num", "0"],
     ["train", "missing.yaml"], ["train", str(TINY_CONFIG), "--max_steps", "abc"],
+    ["summary"], ["summary", "nolabel", "--out", "o"], ["summary", "x=missing", "--out", "o"],
 ])
 def test_usage_errors_are_one_line(argv, capsys):
     with pytest.raises(SystemExit) as e:

@@ -24,6 +24,7 @@ COMMANDS = {
     "export": ("export", "write a dataset as an lmms-eval task folder or a VLMEvalKit TSV, scored as eval scores"),
     "plan": ("plan", "per-GPU memory of a config (weights, optimizer, activations) and whether it fits; no GPU"),
     "demo": ("demo", "offline CPU demo: the research settings end to end, each figure beside chance"),
+    "summary": ("summary", "one table across compare pages: each endpoint against CE, Holm across all, MDDs"),
 }
 HIDDEN = {"compare-worker": ("compare_worker", "one variant of a compare (started by `vlm-smmd compare`)")}
 

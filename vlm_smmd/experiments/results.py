@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..analysis.formatting import fmt, md_table, new_figure, place_legend, save_figure, series_color
+from ..run_record import FILE_NAME as RUN_RECORD
+from ..run_record import RunRecord, RunRecordError, base_line
 from .curves import curve_section
 from .statistics import compare_to_reference, interval_excludes_zero, spread
 from .store import Status, read_json
@@ -488,7 +490,7 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
         per_split[split] = {"figures": figures, "keys": keys, "col": col, "rows": rows, "tests": tests,
                             "chance": chance, "plots": plots, "reference": ref}
 
-    _write_csvs(out, variants, status, per_split)
+    _write_csvs(out, variants, status, per_split, {**primary, "split": primary.get("split") or splits[0]})
     samples = "all samples" if ev["limit"] is None else f"first {ev['limit']} samples"
     seeds = sorted({v.seed for v in variants})
     md = ["# Loss comparison", ""]
@@ -502,6 +504,7 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
     if confirmation:  # compare --selection: each loss at its own chosen values, on fresh seeds
         md += _confirmation_note(confirmation)
     md += [f"- config: `{settings['config']}` (sha256 {settings['config_sha256'][:12]})",
+           *start_lines(out, variants, status),
            f"- shared overrides: `{json.dumps(settings['overrides'])}`" if settings["overrides"] else
            "- shared overrides: none",
            f"- seeds: {', '.join(map(str, seeds))}"
@@ -564,7 +567,30 @@ def _runs_section(variants, status, per_split, splits, dev_seeds) -> list[str]:
     return md
 
 
-def _write_csvs(out: Path, variants, status, per_split) -> None:
+def start_lines(out: Path, variants: Sequence[Variant], status: Status) -> list[str]:
+    """The page's line on where the finished runs started: the trained folder and its weights' sha256 that each
+    run's run_config.json names (a fine-tune of a base), grouped when they differ; no line when none started
+    from a trained folder. A record that cannot be read is named, not skipped."""
+    starts: dict[str, list[str]] = {}
+    for v in variants:
+        if status.variants.get(v.name, {}).get("status") != "done":
+            continue
+        try:
+            record = RunRecord.read(out / "runs" / v.name / "model" / RUN_RECORD, missing_ok=True)
+        except RunRecordError as e:
+            starts.setdefault(f"unreadable run record ({e})", []).append(v.name)
+            continue
+        line = base_line(record) if record is not None else "no run_config.json kept"
+        starts.setdefault(line or "from scratch, a preset or a hub id (no trained folder)", []).append(v.name)
+    if not any(line.startswith("starts from") for line in starts):
+        return []
+    if len(starts) == 1:
+        return [f"- every run {next(iter(starts))}"]
+    return ["- runs start from different places: " + "; ".join(f"{len(names)} {line} (e.g. {names[0]})"
+                                                              for line, names in starts.items())]
+
+
+def _write_csvs(out: Path, variants, status, per_split, primary: Mapping) -> None:
     stats = ("mean", "std", "min", "max", "n")
     with open(out / "results.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
@@ -580,12 +606,15 @@ def _write_csvs(out: Path, variants, status, per_split) -> None:
         w = csv.writer(f)
         fields = ("n", "mean", "sd", "t_low", "t_high", "p_t", "p_signflip", "p_holm", "significant", "wins",
                   "losses", "ties")
-        w.writerow(["split", "comparison", "a", "b", "figure", *fields, "method"])
+        # primary: the row is the declared endpoint (primary_metric on primary_split); with lower_is_better it
+        # is what a summary across pages (vlm-smmd summary) reads
+        w.writerow(["split", "comparison", "a", "b", "figure", *fields, "method", "primary", "lower_is_better"])
         for split, q in per_split.items():
             for name, c in q["tests"].items():
                 for k in q["keys"]:
                     d = c["figures"][k]
-                    w.writerow([split, name, c["a"], c["b"], k, *(_blank(d[x]) for x in fields), d["method"]])
+                    w.writerow([split, name, c["a"], c["b"], k, *(_blank(d[x]) for x in fields), d["method"],
+                                split == primary["split"] and k == primary.get("metric"), q["col"][k][2]])
     keys = list(dict.fromkeys(k for q in per_split.values() for k in q["keys"]))
     with open(out / "runs.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
