@@ -54,7 +54,6 @@ def test_paired_csv_marks_the_declared_endpoint_and_its_direction(pages):
 
 
 def test_holm_runs_across_pages_not_within_each(pages):
-    tmp_path = pages
     rows = summarize([("chart", pages / "a"), ("clock", pages / "b")])
     assert [(r["setting"], r["a"], r["b"], r["figure"]) for r in rows] == [
         ("chart", "smmd", "none", "exact_match"), ("clock", "smmd", "none", "exact_match")]
@@ -62,7 +61,7 @@ def test_holm_runs_across_pages_not_within_each(pages):
     # the differences by hand: a (+.5, +.75, +.5, +.5, +.5), b (+.25, -.25, 0, +.25, +.5)
     assert a["mean"] == pytest.approx(0.55) and b["mean"] == pytest.approx(0.15)
     assert a["p_signflip"] == pytest.approx(2 / 32)  # all five positive: 2 of the 32 sign patterns
-    within = {r["figure"]: float(r["p_holm"]) for r in read_csv(tmp_path / "a" / "paired.csv")
+    within = {r["figure"]: float(r["p_holm"]) for r in read_csv(pages / "a" / "paired.csv")
               if r["comparison"] == "smmd vs none"}
     assert within["exact_match"] == pytest.approx(a["p_signflip"])  # alone on its page: no correction there
     low, high = sorted([a["p_signflip"], b["p_signflip"]])  # Holm with m = 2, step by step

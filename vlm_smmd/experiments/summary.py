@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..analysis.formatting import fmt, md_table
-from .statistics import holm, t_ppf
+from .statistics import holm, interval_excludes_zero, t_ppf
 from .variants import BASELINE
 
 ALPHA = 0.05
@@ -97,8 +97,7 @@ def summarize(pages: Sequence[tuple[str, Path]], *, alpha: float = ALPHA, power:
     m = len(tested)
     for row in rows:
         row.setdefault("p_holm", None)
-        excludes = row["t_low"] is not None and (row["t_low"] > 0 or row["t_high"] < 0)
-        row["significant"] = bool(row["p_holm"] is not None and row["p_holm"] < alpha and excludes)
+        row["significant"] = bool(row["p_holm"] is not None and row["p_holm"] < alpha and interval_excludes_zero(row))
         row["mdd"] = minimal_detectable_difference(row["sd"], row["n"], alpha=alpha, power=power)
         row["mdd_corrected"] = minimal_detectable_difference(row["sd"], row["n"], alpha=alpha / max(m, 1),
                                                              power=power)
