@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 # the research base (a mixture) and its fine-tunes (which start from its folder): tests/test_base_model.py
 CONFIGS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "configs").glob("scratch_cpu_*.yaml")
                  if p.stem != "scratch_cpu_base" and not p.stem.startswith("scratch_cpu_ft_"))
-SMALL = {"clocks": 200}  # the clock writer's test split is 2.5 %: 5 clocks
+SMALL = {"clocks": 200, "word_problems": 80}  # test split of 2.5 % (clocks) or val of 5 % (word problems): 5, 4
 
 
 def test_every_research_setting_is_tested():
