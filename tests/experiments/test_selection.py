@@ -130,10 +130,22 @@ def test_write_selection_reads_the_val_runs_of_dev_seeds(tmp_path):
     settings = {"primary": {"metric": "exact_match", "split": "val"}, "config": "c.yaml", "config_sha256": "0" * 64,
                 "overrides": {}, "dev_seeds": [0, 1], "grid": {"aux_lambda": ["1", "0.3"]},
                 "eval": {"splits": ["val"], "limit": None, "data": [["clocks", "/d"]], "max_new_tokens": 8}}
-    write_results(tmp_path, variants, status, settings)  # the page says which stage it is
-    assert "**Selection stage: not evidence.**" in (tmp_path / "results.md").read_text()
+    paths = write_results(tmp_path, variants, status, settings)  # the page says which stage it is
+    md = (tmp_path / "results.md").read_text()
+    assert "**Selection stage: not evidence.**" in md
+    page = json.loads((tmp_path / "selection.json").read_text())  # the page writes the choice beside it
     got = write_selection(tmp_path, variants, settings, dev_seeds=[0, 1])
-    assert got == json.loads((tmp_path / "selection.json").read_text())
+    assert got == json.loads((tmp_path / "selection.json").read_text()) == page
+    # the page shows the choice and its whole table, and its figures are of the seeds it ran (all development
+    # seeds in a real --grid), not empty tables that leave every dev seed out; it tests nothing
+    choice = md.split("## The choice on `val` (not evidence)", 1)[1].split("##", 1)[0]
+    assert "| smmd | aux_lambda=0.3 | 0.625 | 0.177 | 2 | **chosen** |" in choice
+    assert "| smmd | aux_lambda=1 | 0.625 | 0.177 | 2 |  |" in choice
+    assert "## Primary endpoint" not in md and " vs " not in md.split("## Exploratory figures", 1)[1]
+    assert "| none | 2/3 | 0.375 ± 0.177 |" in md  # dev seeds 0 and 1: 1 and 2 of 4 (seed 7 left out)
+    assert "every aggregate below is of development seeds 0, 1" in md
+    assert paths["tests"] == {"val": {}} and "val_main_metric.png" in {p.name for p in paths["plots"]}
+    assert not any("paired" in p.name for p in paths["plots"])
     assert got["stage"] == "selection: not evidence" and got["seeds"] == [0, 1] and not got["lower_is_better"]
     smmd = got["losses"]["smmd"]
     assert [r["value"] for r in smmd["table"]] == [{"aux_lambda": "1"}, {"aux_lambda": "0.3"}]
@@ -143,3 +155,38 @@ def test_write_selection_reads_the_val_runs_of_dev_seeds(tmp_path):
     # a lower-is-better endpoint: the time gap, where 0.3's far miss makes it worse
     gap = write_selection(tmp_path, variants, {"primary": {"metric": "mean_time_gap_min"}}, dev_seeds=[0, 1])
     assert gap["lower_is_better"] and gap["losses"]["smmd"]["chosen"] == {"aux_lambda": "1"}
+
+
+def test_compare_grid_prints_the_choice_its_page_wrote(tmp_path, monkeypatch, capsys):
+    import json
+
+    from vlm_smmd.cli import main
+    from vlm_smmd.experiments import orchestrate
+    from vlm_smmd.experiments.results import write_results
+
+    right = {"none-seed0": 1, "none-seed1": 1, "smmd@aux_lambda=0.3-seed0": 1, "smmd@aux_lambda=0.3-seed1": 2,
+             "smmd@aux_lambda=1-seed0": 3, "smmd@aux_lambda=1-seed1": 3}
+    targets = ["3:15", "10:07", "6:30", "12:45"]
+
+    def fake_run_compare(out, variants, settings, spec_base, **kw):  # the runs finish; the page is written
+        from vlm_smmd.experiments.store import Status
+
+        status = Status(out / "status.json", [v.name for v in variants])
+        for v in variants:
+            _plant(out, v, targets[:right[v.name]] + ["1:00"] * (4 - right[v.name]), targets)
+            status.set(v.name, status="done", seconds=1.0)
+        write_results(out, variants, status, settings)
+        return 0
+
+    monkeypatch.setattr(orchestrate, "run_compare", fake_run_compare)
+    out = tmp_path / "select"
+    assert main(["compare", str(REPO / "configs" / "tiny_cpu_clock.yaml"), "--out", str(out), "--aux", "none,smmd",
+                 "--kernel-controls", "", "--grid", "aux_lambda=0.3,1", "--seeds", "0,1", "--dev-seeds", "0,1",
+                 "--test_splits", "[val]", "--primary_metric", "clock_exact", "--data_root", str(tmp_path / "d"),
+                 "--synthesize_num", "12", "--synthesize_size", "64",
+                 "--synthesize_options", '{splits: "train=0.5,val=0.5"}']) == 0
+    printed = capsys.readouterr().out
+    assert "compare: 6 variants (3 groups x 2 seeds)" in printed
+    assert f"selection (not evidence) in {out / 'selection.json'}: smmd {{'aux_lambda': '1'}}" in printed
+    assert json.loads((out / "selection.json").read_text())["losses"]["smmd"]["chosen"] == {"aux_lambda": "1"}
+    assert "| smmd | aux_lambda=1 | 0.750 | 0.000 | 2 | **chosen** |" in (out / "results.md").read_text()

@@ -418,8 +418,9 @@ def _run(args, out: Path, lock_file: str) -> int:
         threads = plan_threads(args.jobs)
     except ValueError as e:
         raise UsageError(e) from None
-    print(f"compare: {len(variants)} variants ({len(args.auxes) + len(args.controls)} losses x "
-          f"{len(args.seed_list)} seeds) into {out}", flush=True)
+    groups = len({v.group for v in variants})  # a loss at each grid point is a group of its own
+    print(f"compare: {len(variants)} variants ({groups} group{'s' * (groups != 1)} x {len(args.seed_list)} "
+          f"seed{'s' * (len(args.seed_list) != 1)}) into {out}", flush=True)
     print(threads.describe(), flush=True)
     if args.chosen is not None:
         print(f"confirmation of {args.selection}: " + "; ".join(
@@ -429,10 +430,8 @@ def _run(args, out: Path, lock_file: str) -> int:
                      base_kernel_seed=args.loss_args.kernel_seed,
                      launcher=shlex.split(args.launcher) if args.launcher else None, keep_models=args.keep_models,
                      jobs=args.jobs, env=threads.env())
-    if args.grid_values:  # the selection stage: the choice per loss from the val table (not evidence)
-        from ..experiments.selection import write_selection  # numpy: compare --help starts without it
-
-        chosen = write_selection(out, variants, settings, args.dev_seed_list)["losses"]
+    if args.grid_values:  # the selection stage: the page wrote the choice per loss from the val table
+        chosen = json.loads((out / "selection.json").read_text(encoding="utf-8"))["losses"]
         print(f"selection (not evidence) in {out / 'selection.json'}: " + "; ".join(
             f"{loss} {e['chosen'] if e['chosen'] is not None else e.get('why')}" for loss, e in chosen.items()
             if e["chosen"] != {}), flush=True)  # {}: a group the grid leaves alone (CE only)

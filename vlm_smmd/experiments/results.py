@@ -430,8 +430,13 @@ def _selection_section(conf: Mapping, overrides: Mapping) -> list[str]:
     md += [f"Selection overrides: `{json.dumps(chosen_on)}`"
            + (f"; this confirmation's differ in {', '.join(f'`{k}`' for k in differ)}." if differ else
               "; the same as this confirmation's."), ""]
+    return md + _validation_table(conf.get("losses") or {}, metric)
+
+
+def _validation_table(losses: Mapping, metric: str) -> list[str]:
+    """Every loss and grid value of a selection (its `losses`), the chosen one marked."""
     rows = []
-    for loss, entry in (conf.get("losses") or {}).items():
+    for loss, entry in losses.items():
         chosen = entry.get("chosen")
         for row in entry.get("table") or []:
             value = row.get("value") or {}
@@ -440,7 +445,21 @@ def _selection_section(conf: Mapping, overrides: Mapping) -> list[str]:
                          "**chosen**" if chosen is not None and value == chosen else ""])
         if chosen is None:
             rows.append([loss, "–", "", "", "", f"none chosen: {entry.get('why') or 'no reason recorded'}"])
-    return md + md_table(["loss", "value", f"{metric} mean", "std", "n", "chosen"], rows)
+    return md_table(["loss", "value", f"{metric} mean", "std", "n", "chosen"], rows)
+
+
+def _validation_section(selection: Mapping | None, metric: str | None) -> list[str]:
+    """The selection stage's own page: the choice and the table it was made on, in place of any test."""
+    md = ["## The choice on `val` (not evidence)", ""]
+    if selection is None:
+        return md + ["No primary endpoint was declared in the config (`primary_metric`): nothing to choose on.", ""]
+    seeds = ", ".join(map(str, selection.get("seeds") or [])) or "none"
+    md += [f"`{metric}` on `val`, {'lower' if selection.get('lower_is_better') else 'higher'} is better, mean over "
+           f"development seeds {seeds}; per loss the best value is chosen, ties to the smaller one. A choice, "
+           "not a result: these figures cannot also test it.", ""]
+    if selection.get("why"):
+        md += [f"Nothing chosen: {selection['why']}.", ""]
+    return md + _validation_table(selection.get("losses") or {}, metric)
 
 
 def write_results(out: Path, variants: Sequence[Variant], status: Status, settings: Mapping) -> dict:
@@ -453,9 +472,18 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
     dev_seeds = list(settings.get("dev_seeds") or [])
     primary = settings.get("primary") or {}
     contrasts = [tuple(c) for c in settings.get("contrasts") or []]
-    got = collect(out, variants, status, splits, dev_seeds)
+    grid = bool(settings.get("grid"))
+    selection = None
+    if grid and primary.get("metric"):  # selection.json beside the page, the page showing its whole table
+        from .selection import write_selection  # selection builds on collect (this module)
+
+        selection = write_selection(out, variants, settings, dev_seeds)
+    # the selection stage chooses on development seeds: its figures are of them (a --grid runs no other), and
+    # it tests nothing
+    left_out = sorted({v.seed for v in variants} - set(dev_seeds)) if grid else dev_seeds
+    got = collect(out, variants, status, splits, left_out)
     groups = list(dict.fromkeys(v.group for v in variants))
-    pairs = comparisons(groups, contrasts)
+    pairs = [] if grid else comparisons(groups, contrasts)
     plot_dir = out / "plots"
     plot_dir.mkdir(exist_ok=True)
     per_split, report_paths = {}, {}
@@ -463,13 +491,13 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
         figures, cols = got.figures[split], got.columns[split]
         keys = [k for k, _, _ in cols]
         col = {k: c for k, c in zip(keys, cols)}
-        rows = group_table(variants, status, figures, keys, dev_seeds)
-        tests = paired_tests(variants, figures, keys, pairs, dev_seeds=dev_seeds)
+        rows = group_table(variants, status, figures, keys, left_out)
+        tests = paired_tests(variants, figures, keys, pairs, dev_seeds=left_out)
         ref = got.reference.get(split)
         chance = {f.key: (f.chance, f.constant) for f in headline(ref[0])} if ref else {}
         plots, panels = [], _panel_keys(col, primary.get("metric"))
         if figures and panels:
-            _spread_plot(plot_dir / f"{split}_main_metric.png", rows, variants, figures, col, chance, panels, dev_seeds)
+            _spread_plot(plot_dir / f"{split}_main_metric.png", rows, variants, figures, col, chance, panels, left_out)
             plots.append(f"plots/{split}_main_metric.png")
         places = [k for k in keys if k.startswith("digit_acc_")]
         if figures and places and _digit_plot(plot_dir / f"{split}_digit_accuracy.png", rows, col, chance, places):
@@ -482,8 +510,9 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
             analyses = {g: analyze_records(recs) for g, recs in got.pooled[split].items()}
             seeds = got.pooled_seeds[split]
             report_paths[split] = write_report(analyses, out / "analysis" / split, notes=[
-                "Each column pools the predictions of these finished seeds of that variant (development seeds "
-                "left out; a run whose predictions.jsonl could not be read is not pooled): "
+                "Each column pools the predictions of these finished seeds of that variant ("
+                + ("the selection stage's development seeds, not evidence" if grid else "development seeds left out")
+                + "; a run whose predictions.jsonl could not be read is not pooled): "
                 + "; ".join(f"{g}: {len(seeds[g])} seeds ({_seed_list(seeds[g])})" for g in analyses)
                 + ". Chance is over the distinct records (by source and id)."],
                 run_info={g: None for g in analyses})
@@ -498,7 +527,8 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
         md += ["**Selection stage: not evidence.** Every loss ran at each value of "
                + ", ".join(f"`{k}` ({', '.join(v)})" for k, v in settings["grid"].items())
                + " on development seeds; variants also differ in that value. The choice per loss on `val` and "
-               "the whole validation table: [selection.json](selection.json). Confirm the chosen values on fresh "
+               "the whole validation table: below and in [selection.json](selection.json). Every figure on this "
+               "page is of the development seeds and nothing is tested: confirm the chosen values on fresh "
                "seeds.", ""]
     confirmation = settings.get("confirmation")
     if confirmation:  # compare --selection: each loss at its own chosen values, on fresh seeds
@@ -508,19 +538,23 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
            f"- shared overrides: `{json.dumps(settings['overrides'])}`" if settings["overrides"] else
            "- shared overrides: none",
            f"- seeds: {', '.join(map(str, seeds))}"
-           + (f"; development seeds {', '.join(map(str, dev_seeds))} are shown in the run table and left out of "
+           + (f"; every aggregate below is of development seeds {', '.join(map(str, dev_seeds))} (the selection "
+              "stage)" if grid else f"; development seeds {', '.join(map(str, dev_seeds))} are shown in the run table and left out of "
               "every aggregate and test" if dev_seeds else ""),
            f"- evaluation: splits {', '.join(f'`{s}`' for s in splits)}, {samples} of "
            f"{', '.join(f'{n}:{p}' for n, p in ev['data'])}, greedy, max_new_tokens {ev['max_new_tokens']}",
            "- variants differ only in the aux loss / kernel"
            + (", each loss's chosen values (listed under the primary endpoint)" if confirmation else "")
            + " and the seed (model init and data order); control kernels use kernel_seed = base + seed",
-           "- paired by seed: mean difference with its 95% paired t-interval; the test is the exact sign-flip "
-           "permutation test with Holm's correction across the comparisons of each figure", ""]
+           *([] if grid else ["- paired by seed: mean difference with its 95% paired t-interval; the test is the "
+                              "exact sign-flip permutation test with Holm's correction across the comparisons of "
+                              "each figure"]), ""]
     md += _leakage_section(settings.get("leakage") or {}, bool(settings.get("allow_overlap")))
     primary_split = primary.get("split") or splits[0]
     p = per_split.get(primary_split)
-    if p is not None:
+    if grid:
+        md += _validation_section(selection, primary.get("metric"))
+    elif p is not None:
         plot = f"plots/{primary_split}_paired_differences.png"
         md += _primary_section({**primary, "split": primary_split}, p["tests"], p["rows"], p["col"],
                                plot if plot in p["plots"] else None, dev_seeds)
