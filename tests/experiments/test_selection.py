@@ -145,7 +145,7 @@ def test_write_selection_reads_the_val_runs_of_dev_seeds(tmp_path):
     assert "| none | 2/3 | 0.375 ± 0.177 |" in md  # dev seeds 0 and 1: 1 and 2 of 4 (seed 7 left out)
     assert "every aggregate below is of development seeds 0, 1" in md
     assert paths["tests"] == {"val": {}} and "val_main_metric.png" in {p.name for p in paths["plots"]}
-    assert not any("paired" in p.name for p in paths["plots"])
+    assert not any("paired" in p.name for p in paths["plots"]) and paths["reports"] == {}  # no pooled report
     assert got["stage"] == "selection: not evidence" and got["seeds"] == [0, 1] and not got["lower_is_better"]
     smmd = got["losses"]["smmd"]
     assert [r["value"] for r in smmd["table"]] == [{"aux_lambda": "1"}, {"aux_lambda": "0.3"}]

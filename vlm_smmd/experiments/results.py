@@ -506,7 +506,7 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
                                              f"Paired differences on {split} (same seed): seeds, mean and 95% "
                                              "t-interval\nfilled: Holm p < 0.05, interval without 0"):
             plots.append(f"plots/{split}_paired_differences.png")
-        if got.pooled[split]:
+        if got.pooled[split] and not grid:  # no pooled per-digit report of a selection stage: it chooses only
             analyses = {g: analyze_records(recs) for g, recs in got.pooled[split].items()}
             seeds = got.pooled_seeds[split]
             report_paths[split] = write_report(analyses, out / "analysis" / split, notes=[
@@ -538,8 +538,8 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
            f"- shared overrides: `{json.dumps(settings['overrides'])}`" if settings["overrides"] else
            "- shared overrides: none",
            f"- seeds: {', '.join(map(str, seeds))}"
-           + (f"; every aggregate below is of development seeds {', '.join(map(str, dev_seeds))} (the selection "
-              "stage)" if grid else f"; development seeds {', '.join(map(str, dev_seeds))} are shown in the run table and left out of "
+           + (f"; every aggregate below is of development seeds "
+              f"{', '.join(str(s) for s in seeds if s in dev_seeds)} (the selection stage)" if grid else f"; development seeds {', '.join(map(str, dev_seeds))} are shown in the run table and left out of "
               "every aggregate and test" if dev_seeds else ""),
            f"- evaluation: splits {', '.join(f'`{s}`' for s in splits)}, {samples} of "
            f"{', '.join(f'{n}:{p}' for n, p in ev['data'])}, greedy, max_new_tokens {ev['max_new_tokens']}",
