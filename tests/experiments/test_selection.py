@@ -109,7 +109,7 @@ def _plant(out, variant, predictions, targets):
 def test_write_selection_reads_the_val_runs_of_dev_seeds(tmp_path):
     import json
 
-    from vlm_smmd.experiments.results import write_results
+    from vlm_smmd.experiments.orchestrate import write_page
     from vlm_smmd.experiments.selection import write_selection
     from vlm_smmd.experiments.store import Status
 
@@ -130,7 +130,7 @@ def test_write_selection_reads_the_val_runs_of_dev_seeds(tmp_path):
     settings = {"primary": {"metric": "exact_match", "split": "val"}, "config": "c.yaml", "config_sha256": "0" * 64,
                 "overrides": {}, "dev_seeds": [0, 1], "grid": {"aux_lambda": ["1", "0.3"]},
                 "eval": {"splits": ["val"], "limit": None, "data": [["clocks", "/d"]], "max_new_tokens": 8}}
-    paths = write_results(tmp_path, variants, status, settings)  # the page says which stage it is
+    paths = write_page(tmp_path, variants, status, settings)  # the page says which stage it is
     md = (tmp_path / "results.md").read_text()
     assert "**Selection stage: not evidence.**" in md
     page = json.loads((tmp_path / "selection.json").read_text())  # the page writes the choice beside it
@@ -162,8 +162,6 @@ def test_compare_grid_prints_the_choice_its_page_wrote(tmp_path, monkeypatch, ca
 
     from vlm_smmd.cli import main
     from vlm_smmd.experiments import orchestrate
-    from vlm_smmd.experiments.results import write_results
-
     right = {"none-seed0": 1, "none-seed1": 1, "smmd@aux_lambda=0.3-seed0": 1, "smmd@aux_lambda=0.3-seed1": 2,
              "smmd@aux_lambda=1-seed0": 3, "smmd@aux_lambda=1-seed1": 3}
     targets = ["3:15", "10:07", "6:30", "12:45"]
@@ -175,7 +173,7 @@ def test_compare_grid_prints_the_choice_its_page_wrote(tmp_path, monkeypatch, ca
         for v in variants:
             _plant(out, v, targets[:right[v.name]] + ["1:00"] * (4 - right[v.name]), targets)
             status.set(v.name, status="done", seconds=1.0)
-        write_results(out, variants, status, settings)
+        orchestrate.write_page(out, variants, status, settings)
         return 0
 
     monkeypatch.setattr(orchestrate, "run_compare", fake_run_compare)

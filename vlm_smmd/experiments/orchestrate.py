@@ -36,6 +36,7 @@ from data_synth.interrupts import Terminated, interrupt_status
 
 from ..evaluation import EvalArguments, evaluate_model
 from .results import fmt, run_metrics, write_results
+from .selection import write_selection
 from .store import WEIGHT_SUFFIXES, StateError, Status, drop_weights, read_json, read_state, tail, write_json
 from .variants import Variant, variant_overrides
 
@@ -329,6 +330,14 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
 
 
+def write_page(out: Path, variants: Sequence[Variant], status: Status, settings: dict) -> dict:
+    """The comparison's page (`write_results`); for a selection stage (`--grid`) selection.json first, from the
+    same finished runs, so the page shows the choice and the table it was made on."""
+    if settings.get("grid") and (settings.get("primary") or {}).get("metric"):
+        settings = {**settings, "selection": write_selection(out, variants, settings, settings.get("dev_seeds") or [])}
+    return write_results(out, variants, status, settings)
+
+
 def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_base: dict, *, overrides: dict,
                 base_kernel_seed: int, launcher: list[str] | None = None, keep_models: bool = False,
                 jobs: int = 1, env: dict[str, str] | None = None) -> int:
@@ -404,13 +413,13 @@ def run_compare(out: Path, variants: Sequence[Variant], settings: dict, spec_bas
         for v in variants:
             if status.variants[v.name]["status"] == "running":
                 status.set(v.name, status="interrupted")
-        write_results(out, variants, status, settings)
+        write_page(out, variants, status, settings)
         print(f"\ninterrupted; results so far in {out / 'results.md'}; rerun the same command to resume",
               file=sys.stderr)
         return interrupt_status(e)
     pool.shutdown()
 
-    paths = write_results(out, variants, status, settings)
+    paths = write_page(out, variants, status, settings)
     failed = [v.name for v in variants if status.variants[v.name]["status"] == "failed"]
     print(f"results: {paths['results_md']} and {paths['results_csv']} (per run: {paths['runs_csv']})")
     for split, report in paths["reports"].items():

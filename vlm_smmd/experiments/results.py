@@ -473,11 +473,7 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
     primary = settings.get("primary") or {}
     contrasts = [tuple(c) for c in settings.get("contrasts") or []]
     grid = bool(settings.get("grid"))
-    selection = None
-    if grid and primary.get("metric"):  # selection.json beside the page, the page showing its whole table
-        from .selection import write_selection  # selection builds on collect (this module)
-
-        selection = write_selection(out, variants, settings, dev_seeds)
+    selection = settings.get("selection")  # a --grid page: what write_selection wrote (orchestrate.write_page)
     # the selection stage chooses on development seeds: its figures are of them (a --grid runs no other), and
     # it tests nothing
     left_out = sorted({v.seed for v in variants} - set(dev_seeds)) if grid else dev_seeds
