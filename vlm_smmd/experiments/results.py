@@ -506,9 +506,8 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
             analyses = {g: analyze_records(recs) for g, recs in got.pooled[split].items()}
             seeds = got.pooled_seeds[split]
             report_paths[split] = write_report(analyses, out / "analysis" / split, notes=[
-                "Each column pools the predictions of these finished seeds of that variant ("
-                + ("the selection stage's development seeds, not evidence" if grid else "development seeds left out")
-                + "; a run whose predictions.jsonl could not be read is not pooled): "
+                "Each column pools the predictions of these finished seeds of that variant (development seeds "
+                "left out; a run whose predictions.jsonl could not be read is not pooled): "
                 + "; ".join(f"{g}: {len(seeds[g])} seeds ({_seed_list(seeds[g])})" for g in analyses)
                 + ". Chance is over the distinct records (by source and id)."],
                 run_info={g: None for g in analyses})
@@ -534,8 +533,9 @@ def write_results(out: Path, variants: Sequence[Variant], status: Status, settin
            f"- shared overrides: `{json.dumps(settings['overrides'])}`" if settings["overrides"] else
            "- shared overrides: none",
            f"- seeds: {', '.join(map(str, seeds))}"
-           + (f"; every aggregate below is of development seeds "
-              f"{', '.join(str(s) for s in seeds if s in dev_seeds)} (the selection stage)" if grid else f"; development seeds {', '.join(map(str, dev_seeds))} are shown in the run table and left out of "
+           + (f"; every aggregate below is of development seeds {', '.join(str(s) for s in seeds if s in dev_seeds)}"
+              " (the selection stage)" if grid else
+              f"; development seeds {', '.join(map(str, dev_seeds))} are shown in the run table and left out of "
               "every aggregate and test" if dev_seeds else ""),
            f"- evaluation: splits {', '.join(f'`{s}`' for s in splits)}, {samples} of "
            f"{', '.join(f'{n}:{p}' for n, p in ev['data'])}, greedy, max_new_tokens {ev['max_new_tokens']}",
