@@ -87,6 +87,22 @@ def test_confirmation_refuses_what_is_not_a_fair_confirmation(tmp_path):
     assert text.startswith(f"{path}: chosen on another config file") and "ffffffffffff" in text
 
 
+def test_ce_left_out_of_a_selection_over_loss_options_runs_at_the_config_values(tmp_path):
+    # a grid over loss options (aux_lambda) does not change CE, so a selection may leave CE out
+    path = selection_file(tmp_path / "selection.json", none=None, dist2=None)
+    data = load_selection(path)
+    sha = file_sha256(CONFIG)
+    got = confirmation_overrides(data, path, ["none", "smmd"], [], [5], [0, 1], sha, loss_options=["aux_lambda"])
+    assert got == {"none": {}, "smmd": {"aux_lambda": "0.3"}}
+    # a grid over a key that changes CE too (learning_rate) leaves CE's value unknown: refused
+    other = load_selection(selection_file(tmp_path / "lr.json", none=None, dist2=None, smmd={
+        "table": [_row({"learning_rate": "0.001"}, 0.5), _row({"learning_rate": "0.01"}, 0.6)],
+        "chosen": {"learning_rate": "0.01"}}))
+    for sel, options in [(other, ["aux_lambda"]), (data, [])]:
+        with pytest.raises(SelectionError, match="lists no 'none'"):
+            confirmation_overrides(sel, path, ["none", "smmd"], [], [5], [0, 1], sha, loss_options=options)
+
+
 @pytest.mark.parametrize("content, words", [
     (None, "no such selection file"),
     ("{not json", "not a JSON selection file"),
@@ -121,6 +137,10 @@ def test_compare_selection_flags(tmp_path):
     assert _parse(tmp_path, "--selection", str(path), "--seeds", "5", "--aux", "none,smmd").chosen == {
         "none": {}, "smmd": {"aux_lambda": "0.3"}}
     assert _parse(tmp_path, "--seeds", "5").chosen is None  # a plain compare
+    # a selection of SMMD's weight alone: the confirmation still runs CE, at the config values
+    smmd_only = selection_file(tmp_path / "smmd_only.json", none=None, dist2=None)
+    args = _parse(tmp_path, "--selection", str(smmd_only), "--seeds", "5")
+    assert args.auxes == ["none", "smmd"] and args.chosen == {"none": {}, "smmd": {"aux_lambda": "0.3"}}
     other = selection_file(tmp_path / "other.json", sha="0" * 64)
     for extra, words in [
         (["--seeds", "5,1"], "--seeds 1: not fresh"),

@@ -72,7 +72,15 @@ from ..data.tasks import answer_tokens
 from ..evaluation import EvalArguments
 from ..experiments.store import StateError, read_state, write_json
 from ..experiments.threads import plan_threads
-from ..experiments.variants import KERNEL_CONTROLS, RESERVED, GridError, check_grid, parse_grid, plan_variants
+from ..experiments.variants import (
+    BASELINE,
+    KERNEL_CONTROLS,
+    RESERVED,
+    GridError,
+    check_grid,
+    parse_grid,
+    plan_variants,
+)
 from ..run_record import file_sha256
 from . import Output, UsageError
 
@@ -183,9 +191,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                      "with --grid on development seeds, then confirm with --selection on fresh ones")
     try:
         args.selection_data = _load_selection(args.selection) if args.selection is not None else None
-        if args.aux is None:  # a confirmation runs the losses its selection chose for, unless told otherwise
+        if args.aux is None:  # a confirmation runs CE and the losses its selection chose for, unless told otherwise
             controls = {f"smmd-{c}" for c in KERNEL_CONTROLS}
-            args.aux = (",".join(k for k in args.selection_data["losses"] if k not in controls)
+            args.aux = (",".join(dict.fromkeys([BASELINE, *(k for k in args.selection_data["losses"]
+                                                            if k not in controls)]))
                         if args.selection_data else DEFAULT_AUX)
         args.auxes = _names(args.aux, AUX_NAMES, "--aux")
         args.controls = _names(args.kernel_controls, KERNEL_CONTROLS, "--kernel-controls")
@@ -256,6 +265,11 @@ def _load_selection(path: Path) -> dict:
         raise ConfigError(f"--selection {e}") from None
 
 
+def _loss_options() -> list[str]:
+    """The loss options (LossArguments): a grid over them leaves the CE-only baseline unchanged."""
+    return [f.name for f in dataclasses.fields(LossArguments)]
+
+
 def _selection(args) -> None:
     """args.chosen (aux -> its overrides) for a confirmation from args.selection_data, checked against this
     config, its seeds and overrides; None without --selection."""
@@ -266,7 +280,8 @@ def _selection(args) -> None:
 
     try:
         args.chosen = confirmation_overrides(args.selection_data, args.selection, args.auxes, args.controls,
-                                             args.seed_list, args.dev_seed_list, file_sha256(args.config))
+                                             args.seed_list, args.dev_seed_list, file_sha256(args.config),
+                                             loss_options=_loss_options())
     except SelectionError as e:
         raise UsageError(e) from None
     for aux, values in args.chosen.items():
@@ -408,7 +423,7 @@ def _run(args, out: Path, lock_file: str) -> int:
             "chosen": {**{a: args.chosen[a] for a in args.auxes},
                        **{f"smmd-{c}": args.chosen["smmd"] for c in args.controls}}}
     variants = plan_variants(args.auxes, args.controls, args.seed_list, args.grid_values,
-                             ungridded=[f.name for f in dataclasses.fields(LossArguments)], chosen=args.chosen)
+                             ungridded=_loss_options(), chosen=args.chosen)
     spec_base = {"config": str(config), "deepspeed": uses_deepspeed(config, args.overrides), "eval": settings["eval"]}
     spec_base["curve"] = settings["curve"]  # the worker's checkpoints and curve.json
     if args.jobs > 1 and (args.launcher or spec_base["deepspeed"]):

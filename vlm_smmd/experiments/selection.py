@@ -17,7 +17,7 @@ from pathlib import Path
 from .results import collect
 from .statistics import spread
 from .store import Status, write_json
-from .variants import Variant, grid_label
+from .variants import BASELINE, Variant, grid_label
 
 STAGE = "selection: not evidence"
 SPLIT = "val"
@@ -128,11 +128,14 @@ def load_selection(path: Path) -> dict:
 
 
 def confirmation_overrides(data: Mapping, path: Path, auxes: Sequence[str], controls: Sequence[str],
-                           seeds: Sequence[int], dev_seeds: Sequence[int], config_sha256: str) -> dict[str, dict]:
+                           seeds: Sequence[int], dev_seeds: Sequence[int], config_sha256: str,
+                           loss_options: Sequence[str] = ()) -> dict[str, dict]:
     """aux -> the overrides it runs at in the confirmation: its chosen values in `data` (a `load_selection`
-    result; {} for a group the grid left alone, CE only); with control kernels smmd's too. SelectionError in one
-    line naming `path` for a config of another sha256, a seed that is not fresh (a development seed or one
-    the selection chose on), or an aux the file does not list or chose nothing for (no silent default weight)."""
+    result; {} for a group the grid left alone, CE only); with control kernels smmd's too. CE that the selection
+    did not run gets {} when every key its grids varied is one of `loss_options` (which leave CE unchanged).
+    SelectionError in one line naming `path` for a config of another sha256, a seed that is not fresh (a
+    development seed or one the selection chose on), or an aux the file does not list or chose nothing for (no
+    silent default weight)."""
     if data["config_sha256"] != config_sha256:
         raise SelectionError(f"{path}: chosen on another config file (sha256 {data['config_sha256'][:12]}, "
                              f"{data.get('config')}), this one has sha256 {config_sha256[:12]}: confirm on the "
@@ -148,6 +151,10 @@ def confirmation_overrides(data: Mapping, path: Path, auxes: Sequence[str], cont
         what = (f"{aux!r} (whose values the control kernels {', '.join(controls)} take)" if aux == "smmd" and controls
                 and aux not in auxes else repr(aux))
         entry = data["losses"].get(aux)
+        varied = {k for e in data["losses"].values() for row in e["table"] for k in row.get("value") or {}}
+        if entry is None and aux == BASELINE and varied and varied <= set(loss_options):
+            out[aux] = {}  # nothing the grid varied changes CE, so it has nothing to choose
+            continue
         if entry is None:
             raise SelectionError(f"{path}: lists no {what} (it lists {', '.join(data['losses']) or 'nothing'}); "
                                  "choose its values with compare --grid, or leave it out of --aux")
