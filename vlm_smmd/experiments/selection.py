@@ -146,12 +146,12 @@ def confirmation_overrides(data: Mapping, path: Path, auxes: Sequence[str], cont
                              f"{list(dev_seeds) or 'none declared'}; {path} chose on seeds {data['seeds']}): "
                              "the confirmation runs on seeds never used to build or choose")
     needed = list(dict.fromkeys([*auxes, *(["smmd"] if controls else [])]))
+    varied = {k for e in data["losses"].values() for row in e["table"] for k in row.get("value") or {}}
     out = {}
     for aux in needed:
         what = (f"{aux!r} (whose values the control kernels {', '.join(controls)} take)" if aux == "smmd" and controls
                 and aux not in auxes else repr(aux))
         entry = data["losses"].get(aux)
-        varied = {k for e in data["losses"].values() for row in e["table"] for k in row.get("value") or {}}
         if entry is None and aux == BASELINE and varied and varied <= set(loss_options):
             out[aux] = {}  # nothing the grid varied changes CE, so it has nothing to choose
             continue
